@@ -134,7 +134,10 @@ class EntityConfig(_Section):
 
 class TierMemoryConfig(_Section):
     l1: TierConfig = Field(default_factory=lambda: TierConfig(capacity=500), description="Working tier (HTM-EAR: 500).")
-    l2: TierConfig = Field(default_factory=lambda: TierConfig(capacity=5000), description="Archive tier (HTM-EAR: 5000).")
+    l2: TierConfig | None = Field(
+        default_factory=lambda: TierConfig(capacity=5000),
+        description="Archive tier (HTM-EAR: 5000); null makes a single-tier memory (the unbounded oracle baseline).",
+    )
     eviction: EvictionConfig = Field(default_factory=EvictionConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)

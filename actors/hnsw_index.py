@@ -1,0 +1,96 @@
+"""Approximate nearest-neighbour index over integer slots, backed by hnswlib.
+
+Slots are the caller's row numbers (0..capacity-1). A freed slot is marked deleted and
+reused by the next add: hnswlib then updates the stored point in place and unmarks it
+(``allow_replace_deleted`` stays off, so labels and slots never drift apart).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import hnswlib
+import numpy as np
+
+
+class VectorIndex(Protocol):
+    """Nearest neighbours by inner product of unit vectors: similarity = cosine, higher = closer, in [-1, 1]."""
+
+    def add(self, slots: np.ndarray, vectors: np.ndarray) -> None: ...
+
+    def remove(self, slots: np.ndarray) -> None: ...
+
+    def search(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Up to k (slots, similarities), best first."""
+        ...
+
+    def resize(self, capacity: int) -> None: ...
+
+    def __len__(self) -> int: ...
+
+
+class HnswIndex:
+    """hnswlib ``Index(space="ip")``; similarity = 1 - hnswlib distance."""
+
+    def __init__(self, dim: int, capacity: int, *, M: int = 16, ef_construction: int = 200, ef: int = 50) -> None:
+        self.dim = dim
+        self._index = hnswlib.Index(space="ip", dim=dim)
+        self._index.init_index(max_elements=capacity, ef_construction=ef_construction, M=M)
+        self._index.set_ef(ef)
+        self._live = 0
+
+    def add(self, slots: np.ndarray, vectors: np.ndarray) -> None:
+        if len(slots):
+            # NOTE: a slot that was marked deleted is updated in place and unmarked by hnswlib.
+            self._index.add_items(np.asarray(vectors, dtype=np.float32), np.asarray(slots, dtype=np.int64))
+            self._live += len(slots)
+
+    def remove(self, slots: np.ndarray) -> None:
+        for slot in np.asarray(slots, dtype=np.int64):
+            self._index.mark_deleted(int(slot))
+        self._live -= len(slots)
+
+    def search(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        k = min(k, self._live)
+        if k <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        labels, distances = self._index.knn_query(np.asarray(vector, dtype=np.float32).reshape(1, -1), k=k)
+        return labels[0].astype(np.int64), (1.0 - distances[0]).astype(np.float32)
+
+    def resize(self, capacity: int) -> None:
+        self._index.resize_index(capacity)
+
+    def __len__(self) -> int:
+        return self._live
+
+
+class ExactIndex:
+    """Brute-force inner product over a dense matrix: the reference that HnswIndex is tested against."""
+
+    def __init__(self, dim: int, capacity: int, **_: object) -> None:
+        self.dim = dim
+        self._vectors = np.zeros((capacity, dim), dtype=np.float32)
+        self._live = np.zeros(capacity, dtype=bool)
+
+    def add(self, slots: np.ndarray, vectors: np.ndarray) -> None:
+        self._vectors[slots] = vectors
+        self._live[slots] = True
+
+    def remove(self, slots: np.ndarray) -> None:
+        self._live[slots] = False
+
+    def search(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        live = np.flatnonzero(self._live)
+        sims = self._vectors[live] @ np.asarray(vector, dtype=np.float32)
+        order = np.argsort(-sims, kind="stable")[:k]
+        return live[order], sims[order]
+
+    def resize(self, capacity: int) -> None:
+        grown = np.zeros((capacity, self.dim), dtype=np.float32)
+        grown[: len(self._vectors)] = self._vectors
+        live = np.zeros(capacity, dtype=bool)
+        live[: len(self._live)] = self._live
+        self._vectors, self._live = grown, live
+
+    def __len__(self) -> int:
+        return int(self._live.sum())

@@ -1,0 +1,258 @@
+"""Sliding-window segmenter for the episodic layer (E-mem).
+
+A turn stream is cut into segments of at most ``max_tokens`` tokens. When a segment
+closes, its trailing turns whose tokens add up to at most ``overlap_ratio * max_tokens``
+(counted greedily from the end, stopping at the first turn that does not fit) are
+replayed at the start of the next segment. E-mem's reference: blocks of 4,096 tokens,
+overlap ratio 0.1 (≤ 409 tokens), whole turns ("chunk" mode). As in E-mem, only a
+segment's own new turns are candidates for replay, never turns it replayed itself.
+
+Each turn is rendered ``[{date_time}] {speaker}: {text}`` and keeps its turn id.
+
+Capacity rules (``allow_overflow=False``, the default, the paper's "blocks of 4,096
+tokens"):
+
+- a turn that does not fit closes the open segment; it starts the next one after the
+  replayed overlap (overlap turns are dropped from the front if it does not fit behind
+  all of them);
+- a segment that reaches ``max_tokens`` exactly closes at once;
+- a turn longer than ``max_tokens`` on its own becomes a segment by itself (no overlap
+  before it, and it is too long to be replayed after it): the text is kept raw, never cut.
+
+With ``allow_overflow=True`` the segment takes the turn that crosses the limit and then
+closes, as E-mem's code does (``block_used >= block_size`` after the add), so a segment can
+exceed ``max_tokens`` by up to one turn.
+
+Batch segmentation (:func:`segment_turns`) is the incremental path run to the end, so the
+two agree by construction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple, Protocol
+
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_OVERLAP_RATIO",
+    "Segment",
+    "Segmenter",
+    "TurnLike",
+    "estimate_tokens",
+    "render_turn",
+    "segment_turns",
+]
+
+DEFAULT_MAX_TOKENS = 4096  # E-mem block size (tokens).
+DEFAULT_OVERLAP_RATIO = 0.1  # E-mem overlap_ratio: ~10% of a block replayed into the next.
+CHARS_PER_TOKEN = 4  # Rule-of-thumb characters per BPE token for English text.
+
+TokenCounter = Callable[[str], int]
+
+
+class _Item(NamedTuple):
+    turn_id: str
+    line: str
+    timestamp: datetime
+    tokens: int
+
+
+class TurnLike(Protocol):
+    """What the segmenter reads from a turn (``bench.locomo_data.Turn`` fits)."""
+
+    @property
+    def turn_id(self) -> str: ...
+    @property
+    def speaker(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def date_time(self) -> str: ...
+    @property
+    def timestamp(self) -> datetime: ...
+
+
+def render_turn(turn: TurnLike) -> str:
+    """``[{date_time}] {speaker}: {text}``, e.g. ``[1:56 pm on 8 May, 2023] Caroline: Hi!``"""
+    return f"[{turn.date_time}] {turn.speaker}: {turn.text}"
+
+
+def estimate_tokens(text: str) -> int:
+    """Rough token count without a tokenizer: ``max(words, ceil(chars / 4))``.
+
+    An estimate of BPE tokens for English text, not exact; pass a real tokenizer's counter
+    where budgets must be exact. ``estimate_tokens("hello world") == 3`` (11 chars).
+    """
+    return max(len(text.split()), math.ceil(len(text) / CHARS_PER_TOKEN))
+
+
+@dataclass
+class Segment:
+    """One episodic segment: raw rendered turns plus a routing summary filled in later.
+
+    ``overlap`` is the number of leading turns replayed from the previous segment;
+    ``start``/``end`` are the first and last turn's timestamps (stream order).
+    """
+
+    id: int
+    turn_ids: list[str]
+    lines: list[str]
+    timestamps: list[datetime]
+    token_counts: list[int]
+    overlap: int = 0
+    summary: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The raw segment text: rendered turns joined by newlines."""
+        return "\n".join(self.lines)
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.token_counts)
+
+    @property
+    def start(self) -> datetime:
+        return self.timestamps[0]
+
+    @property
+    def end(self) -> datetime:
+        return self.timestamps[-1]
+
+    @property
+    def new_turn_ids(self) -> list[str]:
+        """Turn ids first seen in this segment (excluding the replayed overlap)."""
+        return self.turn_ids[self.overlap :]
+
+
+class Segmenter:
+    """Incremental sliding-window segmenter; :meth:`add` returns the segments it closed."""
+
+    def __init__(
+        self,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        overlap_ratio: float = DEFAULT_OVERLAP_RATIO,
+        count_tokens: TokenCounter = estimate_tokens,
+        *,
+        allow_overflow: bool = False,
+        first_id: int = 0,
+    ) -> None:
+        if max_tokens <= 0:
+            raise ValueError(f"max_tokens must be > 0, got {max_tokens}")
+        if not 0 <= overlap_ratio < 1:
+            raise ValueError(f"overlap_ratio must be in [0, 1), got {overlap_ratio}")
+        self.max_tokens = max_tokens
+        self.overlap_tokens = int(max_tokens * overlap_ratio)
+        self.count_tokens = count_tokens
+        self.allow_overflow = allow_overflow
+        self._next_id = first_id
+        self._open: Segment | None = None
+        self._carry: list[_Item] = []  # overlap waiting for the next segment
+
+    # -- public API ------------------------------------------------------------------
+    def add(self, turn: TurnLike) -> list[Segment]:
+        """Add one turn; return the segments this closed (0, 1 or 2), oldest first."""
+        line = render_turn(turn)
+        item = _Item(turn.turn_id, line, turn.timestamp, int(self.count_tokens(line)))
+        size = item.tokens
+        closed: list[Segment] = []
+        if size > self.max_tokens and not self.allow_overflow:
+            # NOTE: a turn longer than a segment stands alone; the carry is dropped.
+            if self._open is not None:
+                closed.append(self._close())
+            self._carry = []
+            self._open = self._new_segment([])
+            self._append(self._open, item)
+            closed.append(self._close())
+            return closed
+        if self._open is not None and self._open.tokens + size > self.max_tokens and not self.allow_overflow:
+            closed.append(self._close())
+        if self._open is None:
+            carry = list(self._carry)
+            while carry and sum(c.tokens for c in carry) + size > self.max_tokens:
+                carry.pop(0)
+            self._open = self._new_segment(carry)
+            self._carry = []
+        self._append(self._open, item)
+        if self._open.tokens >= self.max_tokens:
+            closed.append(self._close())
+        return closed
+
+    def extend(self, turns: Iterable[TurnLike]) -> list[Segment]:
+        """Add turns in order; return every segment closed on the way."""
+        closed: list[Segment] = []
+        for turn in turns:
+            closed.extend(self.add(turn))
+        return closed
+
+    def current(self) -> Segment | None:
+        """A copy of the open segment (the newest block, still filling), or ``None``."""
+        seg = self._open
+        if seg is None:
+            return None
+        return Segment(seg.id, list(seg.turn_ids), list(seg.lines), list(seg.timestamps),
+                       list(seg.token_counts), seg.overlap)
+
+    def flush(self) -> Segment | None:
+        """Close the open segment at the end of a stream (no overlap is carried on)."""
+        if self._open is None:
+            return None
+        seg = self._close()
+        self._carry = []
+        return seg
+
+    # -- internals -------------------------------------------------------------------
+    def _new_segment(self, carry: list[_Item]) -> Segment:
+        seg = Segment(
+            id=self._next_id,
+            turn_ids=[c.turn_id for c in carry],
+            lines=[c.line for c in carry],
+            timestamps=[c.timestamp for c in carry],
+            token_counts=[c.tokens for c in carry],
+            overlap=len(carry),
+        )
+        self._next_id += 1
+        return seg
+
+    @staticmethod
+    def _append(seg: Segment, item: _Item) -> None:
+        seg.turn_ids.append(item.turn_id)
+        seg.lines.append(item.line)
+        seg.timestamps.append(item.timestamp)
+        seg.token_counts.append(item.tokens)
+
+    def _close(self) -> Segment:
+        """Close the open segment (callers check there is one) and compute the carry."""
+        seg, self._open = self._open, None
+        if seg is None:
+            raise RuntimeError("no open segment to close")
+        carry: list[_Item] = []
+        budget = self.overlap_tokens
+        for i in range(len(seg.turn_ids) - 1, seg.overlap - 1, -1):
+            if seg.token_counts[i] > budget:
+                break
+            budget -= seg.token_counts[i]
+            carry.insert(0, _Item(seg.turn_ids[i], seg.lines[i], seg.timestamps[i], seg.token_counts[i]))
+        self._carry = carry
+        return seg
+
+
+def segment_turns(
+    turns: Iterable[TurnLike],
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    overlap_ratio: float = DEFAULT_OVERLAP_RATIO,
+    count_tokens: TokenCounter = estimate_tokens,
+    *,
+    allow_overflow: bool = False,
+) -> list[Segment]:
+    """Segment a whole stream at once (the last, partly filled segment included)."""
+    segmenter = Segmenter(max_tokens, overlap_ratio, count_tokens, allow_overflow=allow_overflow)
+    segments = segmenter.extend(turns)
+    last = segmenter.flush()
+    if last is not None:
+        segments.append(last)
+    return segments
