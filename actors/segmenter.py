@@ -194,8 +194,14 @@ class Segmenter:
         seg = self._open
         if seg is None:
             return None
-        return Segment(seg.id, list(seg.turn_ids), list(seg.lines), list(seg.timestamps),
-                       list(seg.token_counts), seg.overlap)
+        return Segment(
+            seg.id,
+            list(seg.turn_ids),
+            list(seg.lines),
+            list(seg.timestamps),
+            list(seg.token_counts),
+            seg.overlap,
+        )
 
     def flush(self) -> Segment | None:
         """Close the open segment at the end of a stream (no overlap is carried on)."""

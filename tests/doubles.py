@@ -1,0 +1,33 @@
+"""Test doubles. Never used by the product: unit tests only."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+
+class HashingEncoder:
+    """Bag of lowercased word tokens hashed into ``dim`` buckets, L2-normalised.
+
+    Texts sharing words are similar, which is all the unit tests need; no model involved.
+    """
+
+    def __init__(self, dim: int = 64) -> None:
+        self.dim = dim
+
+    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for token in re.findall(r"[a-z0-9]+", text.lower()):
+                bucket = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=4).digest(), "little")
+                out[row, bucket % self.dim] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1, norms)
+
+
+def unit_vectors(n: int, dim: int, seed: int = 0) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)

@@ -1,0 +1,63 @@
+import numpy as np
+
+from actors.hnsw_index import ExactIndex, HnswIndex
+from tests.doubles import unit_vectors
+
+
+def recall_at_k(index, reference, queries, k):
+    hits = 0
+    for q in queries:
+        got, _ = index.search(q, k)
+        want, _ = reference.search(q, k)
+        hits += len(set(got.tolist()) & set(want.tolist()))
+    return hits / (k * len(queries))
+
+
+# The tier's own settings: M=16, ef_construction=200, ef=50, queried with k=100 (hnswlib uses max(ef, k)).
+# Random Gaussian vectors are harder for HNSW than real sentence embeddings.
+def test_recall_against_brute_force():
+    dim, n, k = 32, 3000, 100
+    vectors = unit_vectors(n, dim, 1)
+    hnsw, exact = HnswIndex(dim, n, M=16, ef_construction=200, ef=50), ExactIndex(dim, n)
+    slots = np.arange(n)
+    hnsw.add(slots, vectors)
+    exact.add(slots, vectors)
+    assert recall_at_k(hnsw, exact, unit_vectors(200, dim, 2), k) >= 0.95
+
+
+def test_recall_holds_after_deleting_and_reusing_slots():
+    dim, n, k = 32, 2000, 100
+    hnsw, exact = HnswIndex(dim, n, M=16, ef_construction=200, ef=50), ExactIndex(dim, n)
+    first = unit_vectors(n, dim, 3)
+    hnsw.add(np.arange(n), first)
+    exact.add(np.arange(n), first)
+    rng = np.random.default_rng(4)
+    for round_ in range(3):  # churn: free a third of the slots, refill them with new vectors
+        freed = rng.choice(n, size=n // 3, replace=False)
+        hnsw.remove(freed)
+        exact.remove(freed)
+        fresh = unit_vectors(len(freed), dim, 10 + round_)
+        hnsw.add(freed, fresh)
+        exact.add(freed, fresh)
+    assert len(hnsw) == n
+    assert recall_at_k(hnsw, exact, unit_vectors(200, dim, 5), k) >= 0.95
+
+
+def test_deleted_slots_are_not_returned_and_similarity_is_cosine():
+    dim = 16
+    vectors = unit_vectors(50, dim, 6)
+    index = HnswIndex(dim, 50)
+    index.add(np.arange(50), vectors)
+    index.remove(np.array([7]))
+    slots, sims = index.search(vectors[7], 50)
+    assert 7 not in slots.tolist() and len(slots) == 49
+    slots, sims = index.search(vectors[3], 1)
+    assert slots[0] == 3 and abs(sims[0] - 1.0) < 1e-5
+
+
+def test_search_on_empty_or_small_index():
+    index = HnswIndex(8, 10)
+    slots, sims = index.search(np.ones(8, dtype=np.float32), 5)
+    assert len(slots) == 0 and len(sims) == 0
+    index.add(np.array([0, 1]), unit_vectors(2, 8))
+    assert len(index.search(unit_vectors(1, 8)[0], 100)[0]) == 2
