@@ -1,0 +1,87 @@
+"""Shared pieces of the benchmarks: cached fact embeddings, timing summaries, result files, JSON output."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from serve.embedder import Embedder
+
+logger = logging.getLogger(__name__)
+
+
+def embed_cached(embedder: Embedder, texts: Sequence[str], cache_dir: Path, *, label: str) -> tuple[np.ndarray, float]:
+    """Embed stored texts once per (model, texts); returns (vectors, texts/s of the encoding, 0 if cached).
+
+    The key hashes the model name and every text, so a changed generator or model never
+    reads a stale file. Queries are never cached: their encoding is part of measured latency.
+    """
+    digest = hashlib.sha256(embedder.name.encode())
+    for t in texts:
+        digest.update(t.encode())
+        digest.update(b"\0")
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{embedder.name}-{label}").strip("-")
+    path = cache_dir / "embeddings" / f"{slug}-{digest.hexdigest()[:16]}.npy"
+    if path.is_file():
+        vectors = np.load(path)
+        if vectors.shape == (len(texts), embedder.dim):
+            return vectors, 0.0
+    start = time.perf_counter()
+    vectors = embedder.encode(texts, progress=True)
+    rate = len(texts) / (time.perf_counter() - start)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, vectors)
+    tmp.replace(path)
+    return vectors, rate
+
+
+def percentiles_ms(seconds: Sequence[float]) -> dict[str, float]:
+    """Wall times in seconds -> p50 / p95 / mean in milliseconds."""
+    ms = np.asarray(seconds, dtype=np.float64) * 1000.0
+    if len(ms) == 0:
+        return {"p50": float("nan"), "p95": float("nan"), "mean": float("nan")}
+    return {"p50": float(np.percentile(ms, 50)), "p95": float(np.percentile(ms, 95)), "mean": float(ms.mean())}
+
+
+def reciprocal_rank(target: Any, ranked: Sequence[Any]) -> float:
+    """1/rank of target in ranked (1-based), 0 when absent.
+
+    >>> reciprocal_rank(7, [3, 7, 9])
+    0.5
+    """
+    return 1.0 / (list(ranked).index(target) + 1) if target in ranked else 0.0
+
+
+def parse_int_list(text: str) -> list[int]:
+    """'42,43' -> [42, 43]; '42-46' -> [42, 43, 44, 45, 46]."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part[1:]:
+            lo, hi = part.split("-", 1)
+            out.extend(range(int(lo), int(hi) + 1))
+        elif part:
+            out.append(int(part))
+    if not out:
+        raise ValueError(f"no integers in {text!r}")
+    return out
+
+
+def emit_json(payload: dict[str, Any]) -> None:
+    """The benchmark contract: one JSON object as the last line of stdout."""
+    sys.stdout.write(json.dumps(payload, sort_keys=False) + "\n")
+    sys.stdout.flush()
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
