@@ -18,9 +18,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from actors.entities import EntityExtractor, EntityVocab
+from actors.hnsw_index import HnswIndex
 from actors.rerank import Reranker
 from actors.tier import IndexFactory, ItemId, MemoryItem, TierShard
-from actors.hnsw_index import HnswIndex
 from cluster.config import TierMemoryConfig
 
 

@@ -24,7 +24,14 @@ from tqdm import tqdm
 from actors.modes import MODES, mode_config, parse_mode
 from actors.rerank import build_reranker
 from actors.tiered_memory import TieredMemory
-from bench.common import embed_cached, emit_json, parse_int_list, percentiles_ms, reciprocal_rank, setup_logging
+from bench.common import (
+    embed_cached,
+    emit_json,
+    parse_int_list,
+    percentiles_ms,
+    reciprocal_rank,
+    setup_logging,
+)
 from bench.synthetic import SCENARIOS, Fact, generate_facts, query_ids
 from bench.tiers_report import write_report
 from cluster.config import EngramConfig, TierConfig, load_config

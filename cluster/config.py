@@ -23,7 +23,9 @@ CONFIG_DIR = REPO_ROOT / "configs"
 PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
 
 SYNTHETIC_ENTITY_PATTERNS = [r"Node-\d+", r"ERR_[A-Z_]+", r"Subsystem-\d+", r"0x[0-9A-F]{4}"]
-BGL_ENTITY_PATTERNS = [r"R\d+-M\d+", r"Node-\d+", r"FATAL|ERROR|panic", r"core\.\d+", r"0x[0-9a-fA-F]+", r"Kernel|Linux"]
+BGL_ENTITY_PATTERNS = [
+    r"R\d+-M\d+", r"Node-\d+", r"FATAL|ERROR|panic", r"core\.\d+", r"0x[0-9a-fA-F]+", r"Kernel|Linux",
+]
 
 
 class _Section(BaseModel):
@@ -54,11 +56,14 @@ class TierConfig(_Section):
 
 class EvictionConfig(_Section):
     policy: Literal["importance", "lru"] = Field(
-        "importance", description="'importance': S = w_i*importance + w_u*min(usage/cap, 1) (HTM-EAR); 'lru': last access."
+        "importance",
+        description="'importance': S = w_i*importance + w_u*min(usage/cap, 1) (HTM-EAR); 'lru': last access.",
     )
     importance_weight: float = Field(0.75, ge=0, le=1, description="w_i in the eviction score (HTM-EAR: 0.75).")
     usage_weight: float = Field(0.25, ge=0, le=1, description="w_u in the eviction score (HTM-EAR: 0.25).")
-    usage_saturation: int = Field(10, gt=0, le=1_000_000, description="Usage count at which the usage term saturates (HTM-EAR: 10).")
+    usage_saturation: int = Field(
+        10, gt=0, le=1_000_000, description="Usage count at which the usage term saturates (HTM-EAR: 10)."
+    )
     batch_fraction: float = Field(
         0.15, ge=0, le=1,
         description="Share of capacity evicted in one batch when a full tier receives an add (HTM-EAR code: 0.15); "
@@ -81,7 +86,9 @@ class GateConfig(_Section):
         description="Gate fires when L1's top similarity is below this (HTM-EAR: 0.84, set for e5-large-v2). "
         "Model-specific: each embedder profile carries its calibrated value (bench.calibrate_gate).",
     )
-    check_entities: bool = Field(True, description="Gate also fires when the query's entities are not all in L1's top item.")
+    check_entities: bool = Field(
+        True, description="Gate also fires when the query's entities are not all in L1's most similar item."
+    )
     mode: Literal["replace", "merge"] = Field(
         "replace", description="'replace': L2 candidates replace L1's (HTM-EAR code); 'merge': L1 ∪ L2 (paper text)."
     )
@@ -101,7 +108,9 @@ class RerankConfig(_Section):
         description="Re-rank stage. 'cross_encoder' needs trained weights (model); the CPU profile ships none "
         "because no MS MARCO cross-encoder is available offline.",
     )
-    model: str | None = Field(None, description="CrossEncoder hub name or local directory (HTM-EAR: ms-marco-MiniLM-L-6-v2).")
+    model: str | None = Field(
+        None, description="CrossEncoder hub name or local directory (HTM-EAR: ms-marco-MiniLM-L-6-v2)."
+    )
     device: str = Field("cpu", description="torch device for the cross-encoder.")
     top_n: int = Field(20, gt=0, le=1000, description="Candidates re-ranked by the cross-encoder (HTM-EAR: 20).")
     ce_weight: float = Field(0.85, ge=0, le=1, description="Weight of the cross-encoder score (HTM-EAR: 0.85).")
@@ -147,6 +156,73 @@ class TierMemoryConfig(_Section):
     oracle_k: int = Field(200, gt=0, le=10_000, description="Candidates of the unbounded oracle tier (HTM-EAR: 200).")
 
 
+class RouterConfig(_Section):
+    """The episodic router (E-mem): which segments' assistants a question activates."""
+
+    mode: Literal["union", "fusion"] = Field(
+        "union",
+        description="'union': each path's top-k, any segment hit by any path is active (E-mem paper text); "
+        "'fusion': weighted min-max fusion of the three paths, at most max_segments (E-mem code).",
+    )
+    k_global: int = Field(
+        3, ge=0, le=1000,
+        description="Union: segments P_global activates (top-k by query-summary cosine); 0 disables it. "
+        "The paper gives no k.",
+    )
+    k_vec: int = Field(
+        3, ge=0, le=1000,
+        description="Union: segments P_vec activates (top-k by their best chunk's cosine); 0 disables it.",
+    )
+    k_kw: int = Field(
+        3, ge=0, le=1000,
+        description="Union: segments P_kw activates (top-k by BM25, score > 0 only); 0 disables the path.",
+    )
+    chunking: Literal["turn", "chars"] = Field(
+        "chars",
+        description="P_vec chunks: 'turn' = each rendered turn line; 'chars' = the segment text packed "
+        "sentence by sentence into pieces of at most chunk_chars (E-mem code).",
+    )
+    chunk_chars: int = Field(512, ge=32, le=100_000, description="Longest 'chars' chunk (E-mem code: 512).")
+    global_weight: float = Field(0.3, ge=0, le=1, description="Fusion weight of summary cosine (E-mem: 0.3).")
+    vec_weight: float = Field(0.4, ge=0, le=1, description="Fusion weight of chunk cosine (E-mem: 0.4).")
+    kw_weight: float = Field(0.3, ge=0, le=1, description="Fusion weight of BM25 (E-mem: 0.3).")
+    top_chunks: int = Field(
+        20, gt=0, le=10_000,
+        description="Fusion: a segment's vec score is the mean cosine of its chunks among the global top "
+        "top_chunks (E-mem code: 20).",
+    )
+    bm25_boost: float | None = Field(
+        0.7, ge=0, le=1,
+        description="Fusion: segments whose min-max normalised BM25 is at least this go first (E-mem: 0.7); "
+        "null disables the boost.",
+    )
+    max_segments: int = Field(5, gt=0, le=1000, description="Fusion: most segments routed (E-mem code: 5).")
+    include_newest: bool = Field(
+        True, description="Always activate the newest segment (E-mem code queries the filling block too)."
+    )
+    newest_extra: bool = Field(
+        True,
+        description="Fusion: the newest segment comes on top of max_segments (E-mem code: the active block "
+        "is queried besides the routed ones); false makes it take the last of the max_segments slots.",
+    )
+    bm25_k1: float = Field(1.5, gt=0, le=10, description="BM25 term-frequency saturation (E-mem code: 1.5).")
+    bm25_b: float = Field(0.75, ge=0, le=1, description="BM25 length normalisation (E-mem code: 0.75).")
+    bm25_idf: Literal["lucene", "okapi"] = Field(
+        "lucene",
+        description="'lucene': max(log(1 + (N-df+0.5)/(df+0.5)), epsilon) (E-mem's BM25Scorer); 'okapi': "
+        "log((N-df+0.5)/(df+0.5)), negative values replaced by epsilon * mean idf (rank-bm25 BM25Okapi).",
+    )
+    bm25_epsilon: float = Field(
+        0.25, ge=0, le=10, description="idf floor (lucene) or share of the mean idf (okapi); both use 0.25."
+    )
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> RouterConfig:
+        if self.global_weight + self.vec_weight + self.kw_weight <= 0:
+            raise ValueError("router: global_weight + vec_weight + kw_weight must be > 0")
+        return self
+
+
 def _default_shared(*parts: str) -> Path:
     return (REPO_ROOT.parent / "shared").joinpath(*parts)
 
@@ -155,7 +231,9 @@ class DataConfig(_Section):
     locomo_path: Path = Field(
         default_factory=lambda: _default_shared("data", "locomo", "locomo10.json"), description="LoCoMo JSON file."
     )
-    bgl_path: Path = Field(default_factory=lambda: _default_shared("data", "bgl", "BGL_2k.log"), description="BGL_2k.log.")
+    bgl_path: Path = Field(
+        default_factory=lambda: _default_shared("data", "bgl", "BGL_2k.log"), description="BGL_2k.log."
+    )
     kuberay_crds_path: Path = Field(
         default_factory=lambda: _default_shared("kuberay-crds"), description="Folder with the KubeRay CRD YAMLs."
     )
@@ -179,6 +257,7 @@ class EngramConfig(BaseSettings):
     profile: str = Field("cpu", description="Name of the YAML profile this tree was loaded from.")
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
     tiers: TierMemoryConfig = Field(default_factory=TierMemoryConfig)
+    router: RouterConfig = Field(default_factory=RouterConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     paths: PathsConfig = Field(default_factory=PathsConfig)
 

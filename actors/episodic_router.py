@@ -1,0 +1,307 @@
+"""The episodic router (E-mem): which segments' assistants a question activates.
+
+Three orthogonal paths score every segment:
+
+- ``global`` (P_global): cosine(question, segment summary); segments without a summary have
+  no score on this path;
+- ``vec`` (P_vec): cosine(question, raw chunks) — chunks are the rendered turn lines or
+  ≤ ``chunk_chars`` pieces of the segment text (:func:`chunk_text`, as E-mem's code cuts them);
+- ``kw`` (P_kw): raw BM25 of the question over each segment's raw text (exact names, ids, dates).
+
+Two ways to combine them (``RouterConfig.mode``):
+
+- ``union`` (the paper's text): each path activates its top ``k_<path>`` segments (``kw`` only
+  those with a BM25 score > 0); any segment hit by any path is active. Order: combined score.
+- ``fusion`` (E-mem's code): per segment, min-max normalised (a) summary cosine, (b) mean cosine
+  of its chunks among the global top ``top_chunks``, (c) BM25; combined
+  ``0.3a + 0.4b + 0.3c``; segments with normalised BM25 ≥ ``bm25_boost`` first, then the best
+  combined scores (> 0), at most ``max_segments``.
+
+In both modes the newest segment can always be included (``include_newest``). The combined score
+of an activation is the fusion formula over the mode's own path scores (in union, the vec score
+is the best chunk's cosine rather than a top-chunk mean). Questions are embedded once per call;
+scoring is numpy over all segments and chunks at once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from actors.bm25 import BM25Index, SparseBM25Index
+from actors.segmenter import Segment
+from cluster.config import RouterConfig
+
+__all__ = ["PATHS", "Activation", "Encoder", "EpisodicRouter", "chunk_text"]
+
+PATHS = ("global", "vec", "kw")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+class Encoder(Protocol):
+    """Texts -> float32 rows of unit length (``serve.embedder.Embedder`` fits)."""
+
+    dim: int
+
+    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray: ...
+
+
+BM25Factory = Callable[..., BM25Index]
+
+
+@dataclass(frozen=True, slots=True)
+class Activation:
+    """One activated segment.
+
+    ``paths``: the paths that activated it (empty when only ``include_newest`` did);
+    ``scores``: raw per-path scores (cosine for global/vec, BM25 for kw; no ``global`` key
+    without a summary); ``score``: the combined score; ``newest``: it is the newest segment.
+    """
+
+    segment_id: int
+    score: float
+    paths: frozenset[str]
+    scores: dict[str, float] = field(default_factory=dict)
+    newest: bool = False
+
+
+def chunk_text(text: str, max_chars: int) -> list[str]:
+    """Pack sentences (split after ``.!?`` + whitespace) greedily into pieces of ≤ ``max_chars``.
+
+    As E-mem's ``chunk_text``: a sentence longer than ``max_chars`` is packed word by word, and a
+    single longer word stays whole; unlike it, the joining space counts towards the limit.
+    ``chunk_text("One. Two! Three?", 9) == ["One. Two!", "Three?"]``
+    """
+    if len(text) <= max_chars:
+        return [text]
+    chunks: list[str] = []
+    current = ""
+
+    def push(piece: str) -> None:
+        nonlocal current
+        if current and len(current) + 1 + len(piece) <= max_chars:
+            current += " " + piece
+            return
+        if current:
+            chunks.append(current)
+        current = piece
+
+    for sentence in _SENTENCE_END.split(text):
+        if len(sentence) <= max_chars:
+            push(sentence)
+        else:
+            for word in sentence.split():
+                push(word)
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _minmax(x: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+    """Row-wise min-max to [0, 1] over ``valid`` entries; flat rows and invalid entries -> 0."""
+    if x.shape[1] == 0:
+        return x
+    if valid is None:
+        valid = np.ones(x.shape[1], dtype=bool)
+    lo = np.where(valid, x, np.inf).min(axis=1, keepdims=True)
+    hi = np.where(valid, x, -np.inf).max(axis=1, keepdims=True)
+    span = hi - lo
+    ok = np.isfinite(span) & (span > 1e-10)
+    out = np.where(ok, (x - np.where(ok, lo, 0)) / np.where(ok, span, 1), 0.0)
+    return np.where(valid, out, 0.0)
+
+
+class EpisodicRouter:
+    """Indexes segments on three paths and routes questions to them. No Ray, no model inside."""
+
+    def __init__(
+        self,
+        encoder: Encoder,
+        config: RouterConfig | None = None,
+        bm25_factory: BM25Factory = SparseBM25Index,
+    ) -> None:
+        self.encoder = encoder
+        self.config = config or RouterConfig()
+        c = self.config
+        self._bm25 = bm25_factory(k1=c.bm25_k1, b=c.bm25_b, idf=c.bm25_idf, epsilon=c.bm25_epsilon)
+        self._ids: list[int] = []
+        self._row: dict[int, int] = {}
+        dim = encoder.dim
+        self._summary_vecs = np.zeros((0, dim), dtype=np.float32)
+        self._has_summary = np.zeros(0, dtype=bool)
+        self._chunk_vecs = np.zeros((0, dim), dtype=np.float32)
+        self._chunk_owner = np.zeros(0, dtype=np.int64)
+        self._chunk_starts = np.zeros(0, dtype=np.int64)  # first chunk row of each segment
+
+    # -- indexing --------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @property
+    def segment_ids(self) -> list[int]:
+        """Segment ids in the order they were added (the last one is the newest)."""
+        return list(self._ids)
+
+    def chunks_of(self, segment: Segment) -> list[str]:
+        """P_vec chunks of a segment, as configured (never empty)."""
+        if self.config.chunking == "turn":
+            chunks = [line for line in segment.lines if line]
+        else:
+            chunks = chunk_text(segment.text, self.config.chunk_chars)
+        return chunks or [segment.text]
+
+    def add(self, segments: Iterable[Segment]) -> None:
+        """Index new segments (oldest first): summary, chunks and raw text. Ids must be new."""
+        segments = list(segments)
+        if not segments:
+            return
+        seen = set(self._row)
+        for seg in segments:
+            if seg.id in seen:
+                raise ValueError(f"segment {seg.id} is already indexed")
+            seen.add(seg.id)
+        first_row = len(self._ids)
+        chunk_lists = [self.chunks_of(s) for s in segments]
+        flat = [c for chunks in chunk_lists for c in chunks]
+        chunk_vecs = self.encoder.encode(flat)
+        sizes = np.array([len(chunks) for chunks in chunk_lists], dtype=np.int64)
+        starts = len(self._chunk_owner) + np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        owners = np.repeat(np.arange(first_row, first_row + len(segments)), sizes)
+
+        summaries = np.zeros((len(segments), self.encoder.dim), dtype=np.float32)
+        has = np.array([bool(s.summary) for s in segments])
+        if has.any():
+            summaries[has] = self.encoder.encode([s.summary for s in segments if s.summary])
+
+        # NOTE: every path grows before the ids do, so a failed encode leaves the router as it was.
+        self._bm25.add([s.text for s in segments])
+        self._chunk_vecs = np.vstack([self._chunk_vecs, chunk_vecs.astype(np.float32, copy=False)])
+        self._chunk_owner = np.concatenate([self._chunk_owner, owners])
+        self._chunk_starts = np.concatenate([self._chunk_starts, starts])
+        self._summary_vecs = np.vstack([self._summary_vecs, summaries])
+        self._has_summary = np.concatenate([self._has_summary, has])
+        for offset, seg in enumerate(segments):
+            self._row[seg.id] = first_row + offset
+            self._ids.append(seg.id)
+
+    def set_summary(self, segment_id: int, summary: str) -> None:
+        """Attach (or replace) a segment's summary once its assistant has written it."""
+        row = self._row[segment_id]
+        if summary:
+            self._summary_vecs[row] = self.encoder.encode([summary])[0]
+        else:
+            self._summary_vecs[row] = 0.0
+        self._has_summary[row] = bool(summary)
+
+    # -- routing ---------------------------------------------------------------------
+    def route(self, question: str) -> list[Activation]:
+        """The segments to activate for one question, best first (the newest may come last)."""
+        return self.route_batch([question])[0]
+
+    def route_batch(self, questions: Sequence[str]) -> list[list[Activation]]:
+        """:meth:`route` for many questions, embedded in one encoder call."""
+        if not questions:
+            return []
+        if not self._ids:
+            return [[] for _ in questions]
+        q = self.encoder.encode(list(questions), is_query=True)
+        glob = q @ self._summary_vecs.T  # (nq, n); meaningless where there is no summary
+        chunk_sims = q @ self._chunk_vecs.T  # (nq, m)
+        kw = np.vstack([self._bm25.scores(text) for text in questions])
+        if self.config.mode == "union":
+            vec = np.maximum.reduceat(chunk_sims, self._chunk_starts, axis=1)
+            return [self._union(glob[i], vec[i], kw[i]) for i in range(len(questions))]
+        vec, in_top = self._top_chunk_means(chunk_sims)
+        return [self._fusion(glob[i], vec[i], in_top[i], kw[i]) for i in range(len(questions))]
+
+    def _top_chunk_means(self, sims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per segment: mean cosine of its chunks in each row's top ``top_chunks``, and whether any is."""
+        nq, m = sims.shape
+        n = len(self._ids)
+        top = min(self.config.top_chunks, m)
+        # NOTE: a stable sort, not argpartition: ties (common at cosine 0) must resolve the same way on
+        # every call, and a tied chunk that gets in lowers its segment's mean.
+        idx = np.argsort(-sims, axis=1, kind="stable")[:, :top]
+        keys = (np.arange(nq)[:, None] * n + self._chunk_owner[idx]).ravel()
+        sums = np.bincount(keys, weights=np.take_along_axis(sims, idx, axis=1).ravel(), minlength=nq * n)
+        counts = np.bincount(keys, minlength=nq * n)
+        means = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
+        return means.reshape(nq, n), (counts > 0).reshape(nq, n)
+
+    def _combined(self, glob: np.ndarray, vec: np.ndarray, kw: np.ndarray) -> tuple[np.ndarray, ...]:
+        c = self.config
+        a = _minmax(glob[None], self._has_summary)[0]
+        b = _minmax(vec[None])[0]
+        k = _minmax(kw[None])[0]
+        return c.global_weight * a + c.vec_weight * b + c.kw_weight * k, a, b, k
+
+    def _union(self, glob: np.ndarray, vec: np.ndarray, kw: np.ndarray) -> list[Activation]:
+        c = self.config
+        combined, *_ = self._combined(glob, vec, kw)
+        hits: dict[int, set[str]] = {}
+        for path, scores, k, eligible in (
+            ("global", glob, c.k_global, self._has_summary),
+            ("vec", vec, c.k_vec, None),
+            ("kw", kw, c.k_kw, kw > 0),
+        ):
+            for row in _top_k(scores, k, eligible):
+                hits.setdefault(int(row), set()).add(path)
+        rows = sorted(hits, key=lambda r: (-combined[r], r))
+        return self._activations(rows, hits, combined, glob, vec, kw)
+
+    def _fusion(
+        self, glob: np.ndarray, vec: np.ndarray, in_top: np.ndarray, kw: np.ndarray
+    ) -> list[Activation]:
+        c = self.config
+        combined, a, _, k = self._combined(glob, vec, kw)
+        order: list[int] = []
+        if c.bm25_boost is not None:
+            boosted = np.flatnonzero(k >= c.bm25_boost)
+            order.extend(int(r) for r in boosted[np.argsort(-k[boosted], kind="stable")])
+        for r in np.argsort(-combined, kind="stable"):
+            if combined[r] <= 0:
+                break
+            order.append(int(r))
+        rows = list(dict.fromkeys(order))[: c.max_segments]
+        # A path "activated" a segment when it lifted its combined score: a normalised score above the
+        # minimum (global, kw), or a chunk among the top chunks (vec).
+        hits = {r: {"vec"} if in_top[r] else set() for r in rows}
+        for r in rows:
+            hits[r].update(p for p, s in (("global", a[r]), ("kw", k[r])) if s > 0)
+        return self._activations(rows, hits, combined, glob, vec, kw, cap=c.max_segments)
+
+    def _activations(
+        self,
+        rows: list[int],
+        hits: dict[int, set[str]],
+        combined: np.ndarray,
+        glob: np.ndarray,
+        vec: np.ndarray,
+        kw: np.ndarray,
+        cap: int | None = None,
+    ) -> list[Activation]:
+        newest = len(self._ids) - 1
+        if self.config.include_newest and newest not in hits:
+            if cap is not None and not self.config.newest_extra and len(rows) >= cap:
+                rows = rows[: cap - 1]
+            rows = [*rows, newest]
+        out = []
+        for r in rows:
+            scores = {"vec": float(vec[r]), "kw": float(kw[r])}
+            if self._has_summary[r]:
+                scores["global"] = float(glob[r])
+            paths = frozenset(hits.get(r, ()))
+            out.append(Activation(self._ids[r], float(combined[r]), paths, scores, newest=r == newest))
+        return out
+
+
+def _top_k(scores: np.ndarray, k: int, eligible: np.ndarray | None) -> np.ndarray:
+    """Rows of the ``k`` highest ``scores`` among ``eligible`` (ties: lower row first)."""
+    rows = np.arange(len(scores)) if eligible is None else np.flatnonzero(eligible)
+    if k <= 0 or len(rows) == 0:
+        return rows[:0]
+    return rows[np.argsort(-scores[rows], kind="stable")[:k]]

@@ -1,0 +1,220 @@
+"""Episodic router mechanics with the hashing encoder: union vs fusion, newest segment, chunking."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime
+
+import numpy as np
+import pytest
+
+from actors.bm25 import RankBM25Index
+from actors.episodic_router import EpisodicRouter, chunk_text
+from actors.segmenter import Segment
+from cluster.config import RouterConfig
+from tests.doubles import HashingEncoder
+
+T0 = datetime(2023, 5, 8, 13, 56)
+
+
+def seg(sid: int, *lines: str, summary: str | None = None) -> Segment:
+    n = len(lines)
+    return Segment(sid, [f"D{sid}:{i}" for i in range(n)], list(lines), [T0] * n, [10] * n, summary=summary)
+
+
+def router(**overrides) -> EpisodicRouter:
+    return EpisodicRouter(HashingEncoder(dim=256), RouterConfig(**overrides))
+
+
+# Segment 1 shares the question's stop words (dense match), segment 2 its one keyword (BM25 match).
+DENSE = seg(1, "the the the the")
+KEYWORD = seg(2, "alpha beta gamma delta epsilon zeta eta theta")
+OTHER = seg(3, "kappa lambda mu")
+NEWEST = seg(4, "omicron pi rho")
+QUESTION = "alpha the the the the"
+
+
+def by_id(acts):
+    return {a.segment_id: a for a in acts}
+
+
+def test_chunk_text():
+    assert chunk_text("One. Two! Three?", 9) == ["One. Two!", "Three?"]
+    assert chunk_text("short", 512) == ["short"]
+    text = " ".join(f"word{i}." for i in range(200))
+    pieces = chunk_text(text, 64)
+    assert all(len(p) <= 64 for p in pieces) and " ".join(pieces) == text
+    assert chunk_text("tiny " + "x" * 40, 16) == ["tiny", "x" * 40]  # a long word stays whole
+
+
+def test_chunking_modes():
+    s = seg(0, "[d] A: Hello there, my friend.", "[d] B: Hi there friend! How are you today?")
+    assert router(chunking="turn").chunks_of(s) == s.lines
+    assert router(chunking="chars", chunk_chars=512).chunks_of(s) == [s.text]
+    assert router(chunking="chars", chunk_chars=32).chunks_of(s) == [
+        "[d] A: Hello there, my friend.", "[d] B: Hi there friend!", "How are you today?",
+    ]
+
+
+def test_union_takes_each_paths_top_k():
+    r = router(mode="union", k_global=0, k_vec=1, k_kw=1, include_newest=False)
+    r.add([DENSE, KEYWORD, OTHER])
+    acts = by_id(r.route(QUESTION))
+    assert set(acts) == {1, 2}
+    assert acts[1].paths == {"vec"} and acts[2].paths == {"kw"}
+    assert acts[2].scores["kw"] > 0 and acts[1].scores["kw"] == 0
+    assert "global" not in acts[1].scores  # no summary, no P_global score
+
+    only_vec = router(mode="union", k_global=0, k_vec=1, k_kw=0, include_newest=False)
+    only_vec.add([DENSE, KEYWORD, OTHER])
+    assert [a.segment_id for a in only_vec.route(QUESTION)] == [1]
+
+
+def test_union_kw_ignores_segments_without_a_shared_term():
+    r = router(mode="union", k_global=0, k_vec=0, k_kw=3, include_newest=False)
+    r.add([DENSE, KEYWORD, OTHER])
+    assert [a.segment_id for a in r.route("alpha")] == [2]
+    assert r.route("nothing shares this") == []
+
+
+def test_global_path_uses_summaries_only():
+    r = router(mode="union", k_global=1, k_vec=0, k_kw=0, include_newest=False)
+    r.add([seg(1, "kappa lambda"), seg(2, "mu nu", summary="a trip to paris")])
+    acts = r.route("paris trip")
+    assert [(a.segment_id, a.paths) for a in acts] == [(2, {"global"})]
+    assert acts[0].scores["global"] > 0
+    r.set_summary(1, "paris trip plans")
+    assert [a.segment_id for a in r.route("paris trip plans")] == [1]
+
+
+@pytest.mark.parametrize("mode", ["union", "fusion"])
+def test_newest_is_always_included(mode):
+    r = router(mode=mode, k_global=0, k_vec=1, k_kw=1, max_segments=2)
+    r.add([DENSE, KEYWORD, OTHER, NEWEST])
+    acts = r.route(QUESTION)
+    assert acts[-1].segment_id == 4 and acts[-1].newest and acts[-1].paths == frozenset()
+    assert sum(a.newest for a in acts) == 1
+    off = router(mode=mode, k_global=0, k_vec=1, k_kw=1, max_segments=2, include_newest=False)
+    off.add([DENSE, KEYWORD, OTHER, NEWEST])
+    assert 4 not in by_id(off.route(QUESTION))
+
+
+def test_newest_within_the_fusion_cap():
+    extra = router(mode="fusion", max_segments=2)
+    within = router(mode="fusion", max_segments=2, newest_extra=False)
+    for r in (extra, within):
+        r.add([DENSE, KEYWORD, OTHER, NEWEST])
+    assert [a.segment_id for a in extra.route(QUESTION)] == [2, 1, 4]
+    assert [a.segment_id for a in within.route(QUESTION)] == [2, 4]
+
+
+def test_newest_found_by_a_path_keeps_its_paths():
+    r = router(mode="union", k_global=0, k_vec=1, k_kw=1)
+    r.add([DENSE, KEYWORD, OTHER, NEWEST])
+    acts = by_id(r.route("omicron"))
+    assert acts[4].newest and "kw" in acts[4].paths
+
+
+def test_fusion_boost_puts_keyword_segments_first():
+    # The keyword segment has the top BM25 (normalised 1.0 >= 0.7), so it leads even though the
+    # dense segment has the higher combined score.
+    r = router(mode="fusion", global_weight=0, vec_weight=0.9, kw_weight=0.1, include_newest=False)
+    r.add([DENSE, KEYWORD, OTHER])
+    acts = r.route(QUESTION)
+    assert acts[0].segment_id == 2 and acts[0].score < acts[1].score
+    unboosted = router(
+        mode="fusion", global_weight=0, vec_weight=0.9, kw_weight=0.1, include_newest=False, bm25_boost=None
+    )
+    unboosted.add([DENSE, KEYWORD, OTHER])
+    assert unboosted.route(QUESTION)[0].segment_id == 1
+
+
+def reference_fusion(r: EpisodicRouter, segments: list[Segment], question: str, cfg: RouterConfig) -> list:
+    """E-mem's HybridRouter._map_blocks, written out with plain loops (no newest)."""
+    enc = r.encoder
+    q = enc.encode([question], is_query=True)[0]
+    n = len(segments)
+
+    def norm(xs, valid):
+        vals = [x for x, v in zip(xs, valid, strict=True) if v]
+        lo, hi = (min(vals), max(vals)) if vals else (0, 0)
+        ok = hi - lo > 1e-10
+        return [(x - lo) / (hi - lo) if v and ok else 0.0 for x, v in zip(xs, valid, strict=True)]
+
+    has = [bool(s.summary) for s in segments]
+    a = norm([float(enc.encode([s.summary])[0] @ q) if s.summary else 0.0 for s in segments], has)
+    chunks = [(i, float(enc.encode([c])[0] @ q)) for i, s in enumerate(segments) for c in r.chunks_of(s)]
+    top = sorted(chunks, key=lambda t: -t[1])[: cfg.top_chunks]
+    b = []
+    for i in range(n):
+        mine = [s for j, s in top if j == i]
+        b.append(sum(mine) / len(mine) if mine else 0.0)
+    b = norm(b, [True] * n)
+    bm = RankBM25Index(k1=cfg.bm25_k1, b=cfg.bm25_b, idf=cfg.bm25_idf, epsilon=cfg.bm25_epsilon)
+    bm.add([s.text for s in segments])
+    c = norm(list(bm.scores(question)), [True] * n)
+    combined = [cfg.global_weight * a[i] + cfg.vec_weight * b[i] + cfg.kw_weight * c[i] for i in range(n)]
+    chosen = sorted((i for i in range(n) if c[i] >= cfg.bm25_boost), key=lambda i: -c[i])[: cfg.max_segments]
+    for i in sorted(range(n), key=lambda i: -combined[i]):
+        if len(chosen) < cfg.max_segments and i not in chosen and combined[i] > 0:
+            chosen.append(i)
+    return [segments[i].id for i in chosen]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_fusion_matches_a_loop_reference(seed):
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(60)]
+    segments = []
+    for sid in range(12):
+        lines = [" ".join(rng.choices(vocab, k=rng.randint(3, 12))) + "." for _ in range(rng.randint(1, 6))]
+        summary = " ".join(rng.choices(vocab, k=5)) if rng.random() < 0.6 else None
+        segments.append(seg(sid, *lines, summary=summary))
+    cfg = RouterConfig(mode="fusion", chunking="chars", chunk_chars=48, top_chunks=8, include_newest=False)
+    r = EpisodicRouter(HashingEncoder(dim=512), cfg)
+    r.add(segments[:5])
+    r.add(segments[5:])  # incremental adds keep the chunk -> segment map right
+    for _ in range(10):
+        question = " ".join(rng.choices(vocab, k=4))
+        assert [a.segment_id for a in r.route(question)] == reference_fusion(r, segments, question, cfg)
+
+
+@pytest.mark.parametrize("mode", ["union", "fusion"])
+def test_route_batch_equals_route_and_embeds_once(mode):
+    calls = []
+
+    class Counting(HashingEncoder):
+        def encode(self, texts, *, is_query=False):
+            if is_query:
+                calls.append(len(texts))
+            return super().encode(texts, is_query=is_query)
+
+    r = EpisodicRouter(Counting(dim=256), RouterConfig(mode=mode, chunking="turn"))
+    r.add([DENSE, KEYWORD, OTHER, NEWEST])
+    questions = [QUESTION, "kappa", "rho pi", "unrelated words"]
+    batch = r.route_batch(questions)
+    single = [r.route(q) for q in questions]
+    assert calls == [4, 1, 1, 1, 1]
+    ids = [[a.segment_id for a in acts] for acts in batch]
+    assert ids == [[a.segment_id for a in acts] for acts in single]
+
+
+@pytest.mark.parametrize("mode", ["union", "fusion"])
+def test_bm25_backend_is_pluggable(mode):
+    sparse = router(mode=mode)
+    ranked = EpisodicRouter(HashingEncoder(dim=256), RouterConfig(mode=mode), bm25_factory=RankBM25Index)
+    for r in (sparse, ranked):
+        r.add([DENSE, KEYWORD, OTHER, NEWEST])
+    for q in [QUESTION, "kappa mu", "omicron"]:
+        a, b = sparse.route(q), ranked.route(q)
+        assert [x.segment_id for x in a] == [x.segment_id for x in b]
+        np.testing.assert_allclose([x.score for x in a], [x.score for x in b], rtol=1e-9)
+
+
+def test_add_rejects_known_ids_and_empty_router_routes_nothing():
+    r = router()
+    assert r.route("anything") == [] and r.route_batch([]) == []
+    r.add([DENSE])
+    with pytest.raises(ValueError, match="already indexed"):
+        r.add([seg(1, "again")])
+    assert len(r) == 1 and r.segment_ids == [1]
