@@ -1,0 +1,419 @@
+"""Small-model generation engines: one protocol, two backends (plain classes, no Ray import).
+
+Assistants (evidence extraction) and the master model call an engine with many requests at once; the
+engine runs them as one batched model call and bills the tokens of each::
+
+    engine = build_engine(EngineConfig(backend="transformers"))
+    ask = GenerationRequest(messages=[{"role": "user", "content": "What is the capital of France?"}])
+    [r] = engine.generate([ask])
+    r.text              # 'The capital of France is Paris.'
+    r.bill              # TokenBill(prompt_tokens=37, completion_tokens=8, calls=1)
+
+Backends:
+- :class:`TransformersEngine`: HF ``generate`` with left padding; ``choice`` is decided by scoring every
+  choice's log-likelihood (valid by construction); ``regex`` / ``json_schema`` are not supported.
+- :class:`VLLMEngine`: vLLM's offline ``LLM`` (continuous batching, xgrammar structured outputs).
+  NOTE: vLLM runs its engine in a child process, so a script that builds one needs an
+  ``if __name__ == "__main__":`` guard; on CPU it must also run where Ray/vLLM cannot dial an external
+  address (the loopback-only namespace here).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from cluster.smollm import resolve_model
+from serve.engine_config import EngineConfig
+
+log = logging.getLogger(__name__)
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class GenerationRequest(BaseModel):
+    """One prompt: chat ``messages`` (rendered with the model's chat template) or a raw ``prompt``.
+
+    At most one output constraint: ``choice`` (the output is exactly one of the strings), ``regex``
+    (the output matches it) or ``json_schema`` (the output is a JSON instance of it; give strings a
+    ``maxLength`` and arrays a ``maxItems``, or a small model loops inside a string until cut off).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    messages: list[ChatMessage] | None = Field(
+        None, min_length=1, description="Chat turns; the assistant replies."
+    )
+    prompt: str | None = Field(None, description="Raw text continued as is (no chat template).")
+    max_tokens: int | None = Field(
+        None, gt=0, le=32_768, description="Completion cap; None: the engine default."
+    )
+    temperature: float = Field(0.0, ge=0, le=2, description="0 = greedy (deterministic).")
+    choice: list[str] | None = Field(None, min_length=1, max_length=256, description="Allowed outputs.")
+    regex: str | None = Field(None, min_length=1, description="Pattern the whole output must match.")
+    json_schema: dict[str, Any] | None = Field(None, description="JSON schema the output must satisfy.")
+
+    @model_validator(mode="after")
+    def _one_input_one_constraint(self) -> GenerationRequest:
+        if (self.messages is None) == (self.prompt is None):
+            raise ValueError("give exactly one of 'messages' or 'prompt'")
+        if sum(c is not None for c in (self.choice, self.regex, self.json_schema)) > 1:
+            raise ValueError("at most one of 'choice', 'regex', 'json_schema'")
+        if self.choice is not None and (len(set(self.choice)) != len(self.choice) or "" in self.choice):
+            raise ValueError("'choice' must hold distinct non-empty strings")
+        return self
+
+    @property
+    def constraint(self) -> Literal["choice", "regex", "json_schema"] | None:
+        for name in ("choice", "regex", "json_schema"):
+            if getattr(self, name) is not None:
+                return name  # type: ignore[return-value]
+        return None
+
+
+@dataclass(frozen=True)
+class TokenBill:
+    """Tokens paid for over ``calls`` model calls; bills add up (``sum(bills)`` works, it starts at 0).
+
+    >>> TokenBill(10, 2, 1) + TokenBill(5, 1, 1)
+    TokenBill(prompt_tokens=15, completion_tokens=3, calls=2)
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: object) -> TokenBill:
+        if not isinstance(other, TokenBill):
+            return NotImplemented
+        return TokenBill(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.calls + other.calls,
+        )
+
+    def __radd__(self, other: object) -> TokenBill:
+        if other == 0:  # sum() starts from 0
+            return self
+        return NotImplemented
+
+    @classmethod
+    def of(cls, results: Iterable[GenerationResult]) -> TokenBill:
+        return sum((r.bill for r in results), cls())
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop" (end of turn / choice complete) or "length" (hit max_tokens)
+    choice_logprobs: dict[str, float] | None = None  # TransformersEngine's choice scores, best first
+
+    @property
+    def bill(self) -> TokenBill:
+        return TokenBill(self.prompt_tokens, self.completion_tokens, 1)
+
+
+@runtime_checkable
+class GenerationEngine(Protocol):
+    """A loaded model that answers a batch of requests: one result per request, in request order.
+
+    - One ``generate`` call is one batched model invocation; callers gather requests, the engine batches.
+    - ``temperature == 0`` is greedy: a request's output does not depend on what else is in the batch
+      (up to floating-point ties).
+    - ``prompt_tokens`` counts the tokens the model read (chat template included); ``completion_tokens``
+      the tokens it produced, including the end-of-turn token when it stopped on one (``text`` leaves
+      that token out). Both backends render prompts identically, so bills compare across backends.
+    - A constrained request (``choice``/``regex``/``json_schema``) returns output that satisfies the
+      constraint unless ``finish_reason == "length"``. An engine that cannot honour a constraint raises
+      ``NotImplementedError`` before running anything; a request longer than ``max_model_len`` raises
+      ``ValueError``, also before running anything.
+    """
+
+    max_model_len: int
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]: ...
+
+    def close(self) -> None: ...
+
+
+def render_prompt(tokenizer: Any, request: GenerationRequest) -> list[int]:
+    """Token ids the model reads: the chat template with the assistant turn opened, or the raw prompt."""
+    if request.messages is not None:
+        text = tokenizer.apply_chat_template(
+            [m.model_dump() for m in request.messages], tokenize=False, add_generation_prompt=True
+        )
+        return list(tokenizer(text, add_special_tokens=False).input_ids)
+    return list(tokenizer(request.prompt).input_ids)
+
+
+def _check_fits(i: int, prompt_len: int, budget: int, max_model_len: int) -> None:
+    if prompt_len + budget > max_model_len:
+        raise ValueError(
+            f"request {i}: {prompt_len} prompt tokens + {budget} completion tokens "
+            f"exceed max_model_len={max_model_len}"
+        )
+
+
+class TransformersEngine:
+    """HF transformers backend: batched greedy/sampled ``generate`` and exact choice scoring."""
+
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.config = config or EngineConfig(backend="transformers")
+        if self.config.num_threads is not None:
+            torch.set_num_threads(self.config.num_threads)
+        self.max_model_len = self.config.max_model_len
+        path = resolve_model(self.config.model, self.config.cache_dir)
+        dtype = "auto" if self.config.dtype == "auto" else getattr(torch, self.config.dtype)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.config.device).eval()
+        eos = self.model.generation_config.eos_token_id
+        self._eos_ids = set(
+            eos if isinstance(eos, list) else [eos if eos is not None else self.tokenizer.eos_token_id]
+        )
+        self._eos = min(self._eos_ids)
+        self._pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self._eos
+        self._torch = torch
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        for i, r in enumerate(requests):
+            if r.constraint in ("regex", "json_schema"):
+                raise NotImplementedError(
+                    f"request {i}: TransformersEngine cannot constrain output to a {r.constraint}; use "
+                    "backend='vllm' (xgrammar structured outputs) or a 'choice' constraint"
+                )
+            if r.choice is not None and r.temperature > 0:
+                raise NotImplementedError(
+                    f"request {i}: TransformersEngine decides 'choice' by maximum likelihood, "
+                    "at temperature 0 only"
+                )
+        prompts = [render_prompt(self.tokenizer, r) for r in requests]
+        choices: dict[int, list[list[int]]] = {}
+        for i, (r, ids) in enumerate(zip(requests, prompts, strict=True)):
+            if r.choice is not None:
+                choices[i] = [self.tokenizer(c, add_special_tokens=False).input_ids for c in r.choice]
+                _check_fits(i, len(ids), max(map(len, choices[i])) + 1, self.max_model_len)
+            else:
+                _check_fits(i, len(ids), r.max_tokens or self.config.max_tokens, self.max_model_len)
+
+        results: list[GenerationResult] = [None] * len(requests)  # type: ignore[list-item]
+        free = [i for i in range(len(requests)) if i not in choices]
+        # NOTE: generate takes one sampling setting per call, hence one group per temperature.
+        for temp in sorted({requests[i].temperature for i in free}):
+            group = [i for i in free if requests[i].temperature == temp]
+            for chunk in self._chunks(group, lambda i: len(prompts[i])):
+                budgets = [requests[i].max_tokens or self.config.max_tokens for i in chunk]
+                outs = self._generate_chunk([prompts[i] for i in chunk], budgets, temp)
+                for i, res in zip(chunk, outs, strict=True):
+                    results[i] = res
+        # Choice: score every (prompt, choice) pair, keep the likeliest choice per request.
+        pairs = [(i, j) for i in choices for j in range(len(choices[i]))]
+        scores: dict[tuple[int, int], float] = {}
+        for chunk in self._chunks(pairs, lambda ij: len(prompts[ij[0]]) + len(choices[ij[0]][ij[1]])):
+            for ij, score in zip(
+                chunk, self._score([(prompts[i], choices[i][j]) for i, j in chunk]), strict=True
+            ):
+                scores[ij] = score
+        for i, options in choices.items():
+            ranked = sorted(range(len(options)), key=lambda j: -scores[i, j])
+            texts = requests[i].choice or []
+            results[i] = GenerationResult(
+                texts[ranked[0]],
+                len(prompts[i]),
+                len(options[ranked[0]]) + 1,
+                "stop",
+                {texts[j]: scores[i, j] for j in ranked},
+            )
+        return results
+
+    def _chunks(self, items: list[Any], length: Any) -> Iterable[list[Any]]:
+        """Batches of at most max_batch_size, similar lengths together so padding wastes little."""
+        ordered = sorted(items, key=length)
+        for start in range(0, len(ordered), self.config.max_batch_size):
+            yield ordered[start : start + self.config.max_batch_size]
+
+    def _left_pad(self, seqs: list[list[int]]) -> dict[str, Any]:
+        """Left-padded batch with the positions each row would have alone (as ``generate`` computes them)."""
+        torch, width = self._torch, max(map(len, seqs))
+        ids = torch.tensor([[self._pad] * (width - len(s)) + s for s in seqs], device=self.model.device)
+        mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], device=self.model.device)
+        return {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+
+    def _generate_chunk(
+        self, prompts: list[list[int]], budgets: list[int], temp: float
+    ) -> list[GenerationResult]:
+        batch = self._left_pad(prompts)
+        batch.pop("position_ids")  # generate derives them from the mask
+        sampling = {"temperature": temp} if temp > 0 else {}  # other knobs: the model's generation config
+        with self._torch.inference_mode():
+            out = self.model.generate(
+                **batch,
+                max_new_tokens=max(budgets),
+                do_sample=temp > 0,
+                pad_token_id=self._pad,
+                eos_token_id=sorted(self._eos_ids),
+                **sampling,
+            )
+        results = []
+        width = batch["input_ids"].shape[1]
+        for row, budget, prompt in zip(out[:, width:].tolist(), budgets, prompts, strict=True):
+            row = row[:budget]
+            stop = next((k for k, t in enumerate(row) if t in self._eos_ids), None)
+            kept = row if stop is None else row[: stop + 1]
+            text = self.tokenizer.decode(kept if stop is None else kept[:-1], skip_special_tokens=True)
+            results.append(
+                GenerationResult(text, len(prompt), len(kept), "length" if stop is None else "stop")
+            )
+        return results
+
+    def _score(self, pairs: list[tuple[list[int], list[int]]]) -> list[float]:
+        """log P(choice tokens + end-of-turn | prompt) per (prompt, choice) pair: a full-sequence score.
+
+        NOTE: each pair is a full forward pass (k choices cost k prompt passes): fine for short decisions
+        (ADD/NOOP, yes/no), wasteful for long prompts with many choices. Left padding puts every
+        continuation at the end of its row, so only the last few positions need logits.
+        """
+        torch = self._torch
+        targets = [c + [self._eos] for _, c in pairs]
+        keep = max(map(len, targets)) + 1
+        batch = self._left_pad([p + t for (p, _), t in zip(pairs, targets, strict=True)])
+        with torch.inference_mode():
+            logits = self.model(**batch, logits_to_keep=keep).logits.float()
+        logp = torch.log_softmax(logits[:, :-1], dim=-1)  # position k predicts token k + 1
+        scores = []
+        for row, t in enumerate(targets):
+            picked = logp[row, keep - 1 - len(t) :].gather(-1, torch.tensor(t, device=logp.device)[:, None])
+            scores.append(picked.sum().item())
+        return scores
+
+    def close(self) -> None:
+        self.model = None  # type: ignore[assignment]
+
+
+def cpu_ranges(cpus: Iterable[int]) -> str:
+    """Compress core ids into vLLM's binding syntax: ``cpu_ranges({0, 1, 2, 5}) == "0-2,5"``."""
+    parts: list[str] = []
+    for c in sorted(set(cpus)):
+        if parts and int(parts[-1].split("-")[-1]) == c - 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{c}"
+        else:
+            parts.append(str(c))
+    return ",".join(parts)
+
+
+def vllm_env(config: EngineConfig) -> dict[str, str]:
+    """Environment vLLM reads at start-up; variables already set in the process win (and are logged)."""
+    wanted = {
+        "VLLM_CPU_KVCACHE_SPACE": str(config.kv_cache_gib),
+        "VLLM_CPU_OMP_THREADS_BIND": config.cpu_threads_bind or cpu_ranges(os.sched_getaffinity(0)),
+        # NOTE: vLLM (like Ray) otherwise advertises the machine's external address.
+        "VLLM_HOST_IP": "127.0.0.1",
+    }
+    for key, value in wanted.items():
+        if os.environ.get(key, value) != value:
+            log.info(
+                "%s=%s from the environment overrides the engine config (%s)", key, os.environ[key], value
+            )
+        os.environ.setdefault(key, value)
+    return {k: os.environ[k] for k in wanted}
+
+
+class VLLMEngine:
+    """vLLM backend (offline ``LLM``); build it under a ``__main__`` guard (engine core: a child process)."""
+
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        self.config = config or EngineConfig(backend="vllm")
+        self.max_model_len = self.config.max_model_len
+        path = resolve_model(self.config.model, self.config.cache_dir)
+        log.info("vLLM environment: %s", vllm_env(self.config))  # NOTE: before vllm is imported
+        from transformers import AutoTokenizer
+        from vllm import LLM
+        from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+
+        self._params, self._structured = SamplingParams, StructuredOutputsParams
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self._llm = LLM(
+            model=path,
+            dtype=self.config.dtype,
+            max_model_len=self.max_model_len,
+            enforce_eager=self.config.enforce_eager,
+            gpu_memory_utilization=self.config.gpu_memory_utilization,
+            seed=self.config.seed,
+        )
+
+    def _sampling(self, r: GenerationRequest) -> Any:
+        so = None
+        max_tokens = r.max_tokens or self.config.max_tokens
+        if r.choice is not None:
+            so = self._structured(choice=list(r.choice))
+            if r.max_tokens is None:  # room for the longest choice and the end-of-turn token
+                longest = max(len(self.tokenizer(c, add_special_tokens=False).input_ids) for c in r.choice)
+                max_tokens = max(max_tokens, longest + 1)
+        elif r.regex is not None:
+            so = self._structured(regex=r.regex)
+        elif r.json_schema is not None:
+            so = self._structured(json=r.json_schema)
+        return self._params(max_tokens=max_tokens, temperature=r.temperature, structured_outputs=so)
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        from vllm.inputs import TokensPrompt
+
+        prompts = [render_prompt(self.tokenizer, r) for r in requests]
+        params = [self._sampling(r) for r in requests]
+        for i, (ids, sp) in enumerate(zip(prompts, params, strict=True)):
+            _check_fits(i, len(ids), sp.max_tokens, self.max_model_len)
+        if not requests:
+            return []
+        outs = self._llm.generate(
+            [TokensPrompt(prompt_token_ids=ids) for ids in prompts], params, use_tqdm=False
+        )
+        return [
+            GenerationResult(
+                o.outputs[0].text,
+                len(o.prompt_token_ids),
+                len(o.outputs[0].token_ids),
+                o.outputs[0].finish_reason,
+            )
+            for o in outs
+        ]
+
+    def close(self) -> None:
+        """Stop the engine-core child process now rather than at interpreter exit."""
+        engine = getattr(self, "_llm", None)
+        core = getattr(getattr(engine, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()
+            # NOTE: vLLM 0.32's sync client leaves its zmq context open (a ResourceWarning at garbage
+            # collection). Once its output thread has closed its sockets, the context can be destroyed.
+            thread = getattr(core, "output_queue_thread", None)
+            if thread is not None:
+                thread.join(timeout=10)
+            ctx = getattr(core, "ctx", None)
+            if ctx is not None and not ctx.closed and (thread is None or not thread.is_alive()):
+                ctx.destroy(linger=0)
+        self._llm = None
+
+
+def build_engine(config: EngineConfig) -> GenerationEngine:
+    """The engine ``config.backend`` names, with its model loaded (vLLM: call under a ``__main__`` guard)."""
+    if config.backend == "vllm":
+        return VLLMEngine(config)
+    return TransformersEngine(config)
