@@ -18,6 +18,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from serve.engine_config import EngineConfig
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "configs"
 PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
@@ -247,6 +249,29 @@ class PathsConfig(_Section):
     results_dir: Path = Field(Path("results"), description="Benchmark tables and plots.")
 
 
+class EpisodicConfig(_Section):
+    """Episodic memory (E-mem): segments, assistants' evidence extraction, the master's answer."""
+
+    segment_tokens: int = Field(
+        1024, ge=64, le=131_072,
+        description="Segment size in tokens of the small model's tokenizer (E-mem: 4,096 with a 4k-context "
+        "Qwen3 assistant; smaller here so a segment and its prompt fit the CPU engine's window).",
+    )
+    overlap_ratio: float = Field(
+        0.1, ge=0, lt=1, description="Share of a full segment's tokens replayed at the start of the next (E-mem: ~10%)."
+    )
+    summary_max_tokens: int = Field(48, gt=0, le=1024, description="Length cap of a segment summary (P_global).")
+    evidence_per_segment: int = Field(
+        5, gt=0, le=64, description="Most evidence lines an assistant returns for one segment (E-mem: 5)."
+    )
+    answer_max_tokens: int = Field(24, gt=0, le=1024, description="Length cap of the master's short answer.")
+    rag_top_k: int = Field(10, gt=0, le=1000, description="Turns the plain-RAG baseline gives the answer model.")
+    not_mentioned: str = Field(
+        "Not mentioned in the conversation",
+        description="The master's answer when the evidence does not hold one (E-mem's adversarial answer).",
+    )
+
+
 class EngramConfig(BaseSettings):
     """The root of the tree. Build it with :func:`load_config`."""
 
@@ -258,6 +283,8 @@ class EngramConfig(BaseSettings):
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
     tiers: TierMemoryConfig = Field(default_factory=TierMemoryConfig)
     router: RouterConfig = Field(default_factory=RouterConfig)
+    episodic: EpisodicConfig = Field(default_factory=EpisodicConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     paths: PathsConfig = Field(default_factory=PathsConfig)
 

@@ -173,6 +173,8 @@ def _check_fits(i: int, prompt_len: int, budget: int, max_model_len: int) -> Non
 class TransformersEngine:
     """HF transformers backend: batched greedy/sampled ``generate`` and exact choice scoring."""
 
+    supports_regex = False
+
     def __init__(self, config: EngineConfig | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -338,6 +340,8 @@ def vllm_env(config: EngineConfig) -> dict[str, str]:
 
 class VLLMEngine:
     """vLLM backend (offline ``LLM``); build it under a ``__main__`` guard (engine core: a child process)."""
+
+    supports_regex = True
 
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config or EngineConfig(backend="vllm")

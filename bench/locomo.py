@@ -1,0 +1,382 @@
+"""Episodic memory on LoCoMo: engram, RAG, full context and direct read in one harness.
+
+For each conversation of the split a fresh system is built by the factory (one encoder and one
+engine shared by the whole run), the conversation's turns are ingested (timed) and every selected
+question is asked (each ``ask`` timed). Answers are scored with the official LoCoMo scorer and,
+as a second column, with E-mem's variant (``bench.locomo_score``).
+
+Selection: ``--categories`` first, then ``--limit N`` keeps the first N remaining questions of
+*each* conversation in file order (so every conversation of the split contributes, and the same
+flags always pick the same questions). A question is keyed by its index in its conversation's
+``qa`` list, which does not depend on the flags.
+
+Resume: every answer is appended (and flushed) to
+``<cache_dir>/locomo/<system>-<hash>.jsonl``; a rerun skips answered questions. Systems are
+in-memory, so a conversation with any unanswered question is ingested again from scratch; a
+fully answered one is not. The hash (:func:`config_hash`) covers the config tree (``paths`` and
+the profile's name left out), the engine config, the system and model names, the data file's
+bytes and the source of the factory's module and of the project modules it imports from
+(:func:`source_digest`); an edit deeper down that changes answers needs ``--no-resume``.
+
+Metrics (:func:`summarise`): official F1 per category, overall (micro) and without category 5;
+``f1_emem`` the same with E-mem's scorer; ``evidence_recall`` = mean over questions of categories
+1–4 with non-empty evidence of |evidence ∩ routed_turn_ids| / |evidence| (category 5 is left out:
+its evidence supports the adversarial premise, not an answer); ``segments_per_question``;
+``tokens_per_question`` (prompt + completion, assistants and master, mean per question);
+``latency_p50_ms`` / ``latency_p95_ms`` per ``ask``. Cached rows from earlier runs count too:
+their numbers were measured when they were answered.
+
+    python -m bench.locomo --system engram --limit 20            # test split, 20 questions per conversation
+    python -m bench.locomo --system engram,rag,full_context,direct_read --split train --categories 1,2,4
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import inspect
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from tqdm import tqdm
+
+from bench.common import emit_json, parse_int_list, percentiles_ms, setup_logging
+from bench.locomo_data import SPLITS, Conversation, Question, Turn, load_locomo, split
+from bench.locomo_report import write_report
+from bench.locomo_score import CATEGORIES, aggregate, emem_f1, official_f1
+from cluster.config import REPO_ROOT, EngramConfig, load_config
+from serve.engine import TokenBill
+
+SYSTEMS = ("engram", "rag", "full_context", "direct_read")
+RECALL_CATEGORIES = (1, 2, 3, 4)  # evidence recall leaves category 5 (adversarial) out
+HASH_LENGTH = 12
+PACKAGES = ("actors", "serve", "cluster", "bench", "tests")  # whose sources the cache key may cover
+
+
+class AnswerLike(Protocol):
+    """What ``ask`` returns (``actors.episodic.Answer``); turn ids are LoCoMo ``dia_id`` strings."""
+
+    text: str
+    evidence_turn_ids: list[str]  # turns the answer was built from
+    routed_turn_ids: list[str]  # every turn in the activated segments / retrieved turns / context window
+    segments: int  # segments activated (0 for systems without segments)
+    assistant_bill: TokenBill  # evidence-extraction calls
+    master_bill: TokenBill  # answering call(s)
+
+
+class QASystem(Protocol):
+    """One conversation's memory: ``ingest`` the turns once, in stream order, then ``ask`` questions.
+
+    A fresh system serves one conversation; ``adversarial`` is the wrong answer a category-5
+    question tempts with (LoCoMo's ``adversarial_answer``), ``None`` elsewhere.
+    """
+
+    name: str
+
+    def ingest(self, turns: list[Turn]) -> None: ...
+
+    def ask(self, question: str, *, category: int, adversarial: str | None = None) -> AnswerLike: ...
+
+
+# build_system(name, config, *, encoder, engine) -> QASystem, as actors.episodic.build_system.
+SystemFactory = Callable[..., QASystem]
+
+
+# -- selection and cache ---------------------------------------------------------------------
+def select_questions(conv: Conversation, categories: Iterable[int], limit: int | None) -> list[tuple[int, Question]]:
+    """``(index in conv.questions, question)`` for the wanted categories, the first ``limit`` of them."""
+    wanted = set(categories)
+    chosen = [(i, q) for i, q in enumerate(conv.questions) if q.category in wanted]
+    return chosen if limit is None else chosen[:limit]
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _project_file(obj: Any) -> Path | None:
+    module = obj if inspect.ismodule(obj) else inspect.getmodule(obj)
+    path = getattr(module, "__file__", None)
+    if not path or not Path(path).is_file():
+        return None
+    path = Path(path).resolve()
+    # NOTE: the virtualenv may live inside the repository: only the project's own packages count.
+    return path if path.is_relative_to(REPO_ROOT) and path.relative_to(REPO_ROOT).parts[0] in PACKAGES else None
+
+
+def source_digest(obj: Any) -> str:
+    """sha256 over the project source files behind ``obj``: its module and the project modules that
+    module imports from directly (for ``actors.episodic.build_system``: the assistant and master
+    prompts, the router, the segmenter, the engine). "" when ``obj`` has no project module."""
+    obj = inspect.unwrap(obj)
+    home = _project_file(obj)
+    if home is None:
+        return ""
+    module = inspect.getmodule(obj)
+    files = {home} | {f for v in vars(module).values() if (f := _project_file(v)) is not None}
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def engine_config(cfg: EngramConfig):
+    """``cfg.engine`` when the tree has it, else the engine section's defaults."""
+    found = getattr(cfg, "engine", None)
+    if found is not None:
+        return found
+    from serve.engine_config import EngineConfig
+
+    return EngineConfig()
+
+
+def config_hash(cfg: EngramConfig, system: str, *, data_digest: str, code_digest: str = "") -> str:
+    """Short hash of everything that changes answers (where outputs go does not)."""
+    tree = cfg.model_dump(mode="json", exclude={"paths", "profile", "data"})
+    engine = engine_config(cfg).model_dump(mode="json")
+    engine.pop("cache_dir", None)
+    tree["engine"] = engine
+    key = {"config": tree, "system": system, "embedder_model": cfg.embedder.model, "engine_model": engine.get("model"),
+           "data": data_digest, "code": code_digest}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:HASH_LENGTH]
+
+
+class ResultCache:
+    """Append-only JSONL of ``question`` and ``ingest`` rows; the last row for a key wins."""
+
+    def __init__(self, path: Path, *, resume: bool = True) -> None:
+        self.path = path
+        self.questions: dict[tuple[str, int], dict] = {}
+        self.ingests: dict[str, dict] = {}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            path.write_text("")
+        elif path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # NOTE: a line cut short by a crash mid-write
+                    continue
+                self._keep(row)
+
+    def _keep(self, row: dict) -> None:
+        if row.get("kind") == "question":
+            self.questions[(row["conv_id"], int(row["q_index"]))] = row
+        elif row.get("kind") == "ingest":
+            self.ingests[row["conv_id"]] = row
+
+    def answered(self, conv_id: str, index: int, question: Question) -> dict | None:
+        row = self.questions.get((conv_id, index))
+        return row if row is not None and row.get("question") == question.question else None
+
+    def append(self, row: dict) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+        self._keep(row)
+
+
+# -- rows and metrics ------------------------------------------------------------------------
+def _bill(bill: TokenBill) -> dict[str, int]:
+    return {"prompt": int(bill.prompt_tokens), "completion": int(bill.completion_tokens), "calls": int(bill.calls)}
+
+
+def answer_row(system: str, index: int, q: Question, answer: AnswerLike, latency_s: float) -> dict:
+    """The cached record of one answered question (scores are computed later, from ``prediction``)."""
+    return {
+        "kind": "question", "system": system, "conv_id": q.conv_id, "q_index": index, "category": q.category,
+        "question": q.question, "gold": q.answer, "adversarial": q.adversarial, "evidence": list(q.evidence),
+        "prediction": answer.text, "evidence_turn_ids": list(answer.evidence_turn_ids),
+        "routed_turn_ids": list(answer.routed_turn_ids), "segments": int(answer.segments),
+        "assistant_bill": _bill(answer.assistant_bill), "master_bill": _bill(answer.master_bill),
+        "latency_s": latency_s,
+    }
+
+
+def coverage(evidence: Sequence[str], turn_ids: Sequence[str]) -> float | None:
+    """|evidence ∩ turn_ids| / |evidence|; None without evidence: ``coverage(["D1:1", "D1:2"], ["D1:1"]) == 0.5``"""
+    gold = set(evidence)
+    return len(gold & set(turn_ids)) / len(gold) if gold else None
+
+
+def score_row(row: dict) -> dict:
+    """``row`` plus its official and E-mem F1 and its routing / answer evidence recall."""
+    cat = int(row["category"])
+    recall_ok = cat in RECALL_CATEGORIES
+    return {
+        **row,
+        "f1": official_f1(row["prediction"], row["gold"], cat),
+        "f1_emem": emem_f1(row["prediction"], row["gold"], cat),
+        "evidence_recall": coverage(row["evidence"], row["routed_turn_ids"]) if recall_ok else None,
+        "answer_evidence_recall": coverage(row["evidence"], row["evidence_turn_ids"]) if recall_ok else None,
+    }
+
+
+def _finite(x: float) -> float | None:
+    return None if x is None or math.isnan(x) else float(x)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return float(np.mean(values)) if len(values) else None
+
+
+def _f1_block(rows: Sequence[dict], key: str) -> dict[str, float | None]:
+    s = aggregate((r["category"], r[key]) for r in rows)
+    block = {str(c): _finite(s.per_category.get(c, float("nan"))) for c in CATEGORIES}
+    block.update(overall=_finite(s.overall), overall_no5=_finite(s.overall_without_adversarial))
+    return block
+
+
+def summarise(rows: Sequence[dict], *, split_name: str, system: str) -> dict:
+    """BENCH.md's object for one system from scored rows (:func:`score_row`); null where nothing was measured."""
+    assistants = [r["assistant_bill"]["prompt"] + r["assistant_bill"]["completion"] for r in rows]
+    master = [r["master_bill"]["prompt"] + r["master_bill"]["completion"] for r in rows]
+    latency = percentiles_ms([r["latency_s"] for r in rows])
+    recall = [r["evidence_recall"] for r in rows if r["evidence_recall"] is not None]
+    answer_recall = [r["answer_evidence_recall"] for r in rows if r["answer_evidence_recall"] is not None]
+    return {
+        "split": split_name, "system": system, "questions": len(rows),
+        "f1": _f1_block(rows, "f1"),
+        "f1_emem": _f1_block(rows, "f1_emem"),
+        "evidence_recall": _mean(recall),
+        "evidence_recall_questions": len(recall),
+        "answer_evidence_recall": _mean(answer_recall),
+        "segments_per_question": _mean([r["segments"] for r in rows]),
+        "tokens_per_question": {
+            "assistants": _mean(assistants), "master": _mean(master),
+            "total": _mean([a + m for a, m in zip(assistants, master, strict=True)]),
+        },
+        "latency_p50_ms": _finite(latency["p50"]), "latency_p95_ms": _finite(latency["p95"]),
+        "counts": {str(c): sum(r["category"] == c for r in rows) for c in CATEGORIES},
+    }
+
+
+# -- the run ---------------------------------------------------------------------------------
+class _Models:
+    """Encoder and engine, loaded on first use, so that a fully cached run loads no model."""
+
+    def __init__(self, cfg: EngramConfig, encoder: Any, engine: Any, *, load: bool) -> None:
+        self.cfg, self.encoder, self.engine, self.load = cfg, encoder, engine, load
+        self.loaded = self.owns_engine = False
+
+    def get(self) -> tuple[Any, Any]:
+        if self.load and not self.loaded:
+            from serve.embedder import Embedder
+            from serve.engine import build_engine
+
+            ecfg = engine_config(self.cfg)
+            if ecfg.cache_dir is None:
+                ecfg = ecfg.model_copy(update={"cache_dir": str(self.cfg.paths.cache_dir)})
+            if self.encoder is None:
+                self.encoder = Embedder(self.cfg.embedder)
+            if self.engine is None:
+                self.engine = build_engine(ecfg)
+                self.owns_engine = True
+            self.loaded = True
+        return self.encoder, self.engine
+
+    def close(self) -> None:
+        if self.owns_engine:
+            self.engine.close()
+
+
+def run_system(name: str, convs: Sequence[Conversation], selection: dict[str, list[tuple[int, Question]]],
+               cfg: EngramConfig, factory: SystemFactory, models: _Models, cache: ResultCache) -> None:
+    """Answer every selected question not yet in ``cache``; fresh system and ingest per such conversation."""
+    total = sum(len(v) for v in selection.values())
+    done = sum(cache.answered(c.sample_id, i, q) is not None for c in convs for i, q in selection[c.sample_id])
+    bar = tqdm(total=total, initial=done, desc=name, unit="q")
+    for conv in convs:
+        todo = [(i, q) for i, q in selection[conv.sample_id] if cache.answered(conv.sample_id, i, q) is None]
+        if not todo:
+            continue
+        encoder, engine = models.get()
+        system = factory(name, cfg, encoder=encoder, engine=engine)
+        bar.set_postfix_str(f"{conv.sample_id} ingest")
+        start = time.perf_counter()
+        system.ingest(list(conv.turns))
+        cache.append({"kind": "ingest", "conv_id": conv.sample_id, "turns": len(conv.turns),
+                      "seconds": time.perf_counter() - start})
+        bar.set_postfix_str(conv.sample_id)
+        for index, q in todo:
+            start = time.perf_counter()
+            answer = system.ask(q.question, category=q.category, adversarial=q.adversarial)
+            cache.append(answer_row(name, index, q, answer, time.perf_counter() - start))
+            bar.update()
+        if callable(getattr(system, "close", None)):
+            system.close()
+    bar.close()
+
+
+def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None, encoder: Any = None,
+         engine: Any = None) -> dict:
+    """Run the benchmark. ``factory`` replaces ``actors.episodic.build_system`` (tests pass a fake);
+    models are loaded (lazily) only when no factory is given: an injected one gets ``encoder``/``engine``."""
+    parser = argparse.ArgumentParser(description="Episodic memory systems on LoCoMo (official F1).")
+    parser.add_argument("--data", type=Path, default=None, help="locomo10.json (default: config data.locomo_path)")
+    parser.add_argument("--split", choices=SPLITS, default="test", help="train (conv 1-7), test (8-10) or all")
+    parser.add_argument("--system", default="engram", help=f"one of {', '.join(SYSTEMS)} or a comma list")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="first N selected questions of each conversation, in file order (default: all)")
+    parser.add_argument("--categories", default="1,2,3,4,5", help="comma list of categories 1-5 (default all)")
+    parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
+    parser.add_argument("--results-dir", type=Path, default=None, help="where tables and plots go")
+    parser.add_argument("--no-resume", action="store_true", help="discard cached answers of these settings")
+    args = parser.parse_args(argv)
+
+    systems = list(dict.fromkeys(s.strip() for s in args.system.split(",") if s.strip()))
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if not systems or unknown:
+        parser.error(f"--system: unknown {unknown or 'empty'}; known: {', '.join(SYSTEMS)}")
+    try:
+        categories = sorted(set(parse_int_list(args.categories)))
+    except ValueError as exc:
+        parser.error(f"--categories: {exc}")
+    if not set(categories) <= set(CATEGORIES):
+        parser.error(f"--categories must be within {CATEGORIES}")
+    if args.limit is not None and args.limit <= 0:
+        parser.error("--limit must be a positive integer")
+
+    setup_logging()
+    cfg = load_config(args.profile)
+    data = args.data or cfg.data.locomo_path
+    convs = split(load_locomo(data), args.split)
+    selection = {c.sample_id: select_questions(c, categories, args.limit) for c in convs}
+    load_models = factory is None  # NOTE: an injected factory runs with the encoder/engine given (or None)
+    if factory is None:
+        from actors.episodic import build_system
+
+        factory = build_system
+    models = _Models(cfg, encoder, engine, load=load_models)
+    data_digest, code_digest = file_digest(data), source_digest(factory)
+
+    summaries, scored = [], {}
+    try:
+        for name in systems:
+            digest = config_hash(cfg, name, data_digest=data_digest, code_digest=code_digest)
+            cache = ResultCache(cfg.paths.cache_dir / "locomo" / f"{name}-{digest}.jsonl", resume=not args.no_resume)
+            run_system(name, convs, selection, cfg, factory, models, cache)
+            rows = [score_row(cache.answered(c.sample_id, i, q)) for c in convs for i, q in selection[c.sample_id]]
+            ingest = {c.sample_id: cache.ingests[c.sample_id]["seconds"] for c in convs if c.sample_id in cache.ingests}
+            summary = summarise(rows, split_name=args.split, system=name)
+            summary.update(config_hash=digest, cache=str(cache.path), conversations=len(convs),
+                           ingest_s=sum(ingest.values()), ingest_s_per_conversation=ingest,
+                           categories=categories, limit=args.limit)
+            summaries.append(summary)
+            scored[name] = rows
+    finally:
+        models.close()
+
+    write_report(summaries, scored, split_name=args.split, out_dir=(args.results_dir or cfg.paths.results_dir))
+    out = summaries[0] if len(summaries) == 1 else {"split": args.split, "systems": summaries}
+    emit_json(out)
+    return out
+
+
+if __name__ == "__main__":
+    main()
