@@ -32,7 +32,7 @@ from typing import Protocol
 
 import numpy as np
 
-from actors.bm25 import BM25Index, SparseBM25Index
+from actors.bm25 import BM25Index, SparseBM25Index, make_tokenizer
 from actors.segmenter import Segment
 from cluster.config import RouterConfig
 
@@ -50,6 +50,7 @@ class Encoder(Protocol):
     def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray: ...
 
 
+# Called as ``factory(k1=..., b=..., idf=..., epsilon=..., tokenizer=...)`` (both backends in actors.bm25).
 BM25Factory = Callable[..., BM25Index]
 
 
@@ -127,7 +128,10 @@ class EpisodicRouter:
         self.encoder = encoder
         self.config = config or RouterConfig()
         c = self.config
-        self._bm25 = bm25_factory(k1=c.bm25_k1, b=c.bm25_b, idf=c.bm25_idf, epsilon=c.bm25_epsilon)
+        self._bm25 = bm25_factory(
+            k1=c.bm25_k1, b=c.bm25_b, idf=c.bm25_idf, epsilon=c.bm25_epsilon,
+            tokenizer=make_tokenizer(c.bm25_stop_words, c.bm25_stem),
+        )
         self._ids: list[int] = []
         self._row: dict[int, int] = {}
         dim = encoder.dim

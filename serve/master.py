@@ -55,7 +55,7 @@ def clean_answer(text: str) -> str:
     line = text.strip().split("\n", 1)[0].strip()
     line = re.sub(r"^(answer\s*:\s*)", "", line, flags=re.I)
     line = re.sub(r"^[A-Z][a-z]+:\s+", "", line)  # "Caroline: ..." -> "..."
-    return line.strip().strip('"').rstrip(".").strip()
+    return line.strip().rstrip(".").strip().strip('"').strip()
 
 
 @dataclass
@@ -94,7 +94,8 @@ class Master:
         """(question, evidence, category, adversarial answer) per question -> answers, one engine batch."""
         ordered = [sorted(ev, key=lambda e: (e.timestamp, e.turn_id)) for _, ev, _, _ in items]
         todo = [i for i, ev in enumerate(ordered) if ev]
-        results = self.engine.generate([self.request(items[i][0], ordered[i], items[i][2], items[i][3]) for i in todo])
+        requests = [self.request(items[i][0], ordered[i], items[i][2], items[i][3]) for i in todo]
+        results = self.engine.generate(requests) if requests else []
         out = [MasterAnswer(self.not_mentioned, [], TokenBill()) for _ in items]
         for i, res in zip(todo, results, strict=True):
             category, evidence = items[i][2], ordered[i]

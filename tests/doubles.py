@@ -31,3 +31,40 @@ class HashingEncoder:
 def unit_vectors(n: int, dim: int, seed: int = 0) -> np.ndarray:
     v = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
     return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+class ScriptedEngine:
+    """A generation engine double: answers by a rule, bills one token per word. Unit tests only.
+
+    ``reply(request) -> str`` decides each output; by default a regex request gets "1, 2", a choice
+    request its first choice, anything else "a short answer".
+    """
+
+    max_model_len = 2048
+    supports_regex = True
+
+    def __init__(self, reply=None) -> None:
+        self.reply = reply or self.default_reply
+        self.batches: list[list] = []
+
+    @staticmethod
+    def default_reply(request) -> str:
+        if request.regex is not None:
+            return "1, 2"
+        if request.choice is not None:
+            return request.choice[0]
+        return "a short answer"
+
+    def generate(self, requests):
+        from serve.engine import GenerationResult
+
+        self.batches.append(list(requests))
+        out = []
+        for r in requests:
+            text = self.reply(r)
+            prompt = " ".join(m.content for m in r.messages) if r.messages else r.prompt
+            out.append(GenerationResult(text, len(prompt.split()), len(text.split()) + 1, "stop"))
+        return out
+
+    def close(self) -> None:
+        pass

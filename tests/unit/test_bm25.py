@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from actors.bm25 import RankBM25Index, SparseBM25Index, tokenize
+from actors.bm25 import RankBM25Index, SparseBM25Index, make_tokenizer, tokenize
 from cluster.config import RouterConfig
 
 CORPUS = [
@@ -35,6 +35,19 @@ def both(idf: str, docs: list[str]):
     ref.add(docs)
     fast.add(docs)
     return ref, fast
+
+
+def test_tokenizer_options():
+    question = "What paintings did Melanie make?"
+    assert make_tokenizer()(question) == tokenize(question) == ["what", "paintings", "did", "melanie", "make"]
+    assert make_tokenizer("questions")(question) == ["paintings", "melanie", "make"]
+    assert make_tokenizer("questions", stem=True)(question) == ["paint", "melani", "make"]
+    # Stemming lets an inflected question term reach the document's form.
+    stemmed = SparseBM25Index(k1=1.5, b=0.75, idf="lucene", epsilon=0.25, tokenizer=make_tokenizer(stem=True))
+    plain = make(SparseBM25Index, "lucene")
+    for index in (stemmed, plain):
+        index.add(["Melanie paints sunsets", "Caroline went hiking"])
+    assert stemmed.scores("painting")[0] > 0 and plain.scores("painting")[0] == 0
 
 
 def test_tokenize():

@@ -211,6 +211,15 @@ def test_bm25_backend_is_pluggable(mode):
         np.testing.assert_allclose([x.score for x in a], [x.score for x in b], rtol=1e-9)
 
 
+def test_bm25_tokenizer_comes_from_config():
+    plain = router(mode="union", k_global=0, k_vec=0, k_kw=1, include_newest=False)
+    stemmed = router(mode="union", k_global=0, k_vec=0, k_kw=1, include_newest=False, bm25_stem=True)
+    for r in (plain, stemmed):
+        r.add([seg(1, "Melanie paints sunsets"), seg(2, "Caroline went hiking")])
+    assert plain.route("painting") == []
+    assert [a.segment_id for a in stemmed.route("painting")] == [1]
+
+
 def test_add_rejects_known_ids_and_empty_router_routes_nothing():
     r = router()
     assert r.route("anything") == [] and r.route_batch([]) == []

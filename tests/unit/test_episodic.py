@@ -1,0 +1,160 @@
+"""Assistants, master and the episodic systems with a scripted engine and the hashing encoder (no models)."""
+
+import re
+from datetime import datetime, timedelta
+
+import pytest
+
+from actors.assistant import AssistantHost, Evidence, line_regex
+from actors.episodic import build_system
+from actors.segmenter import segment_turns
+from cluster.config import EngramConfig
+from serve.master import Master, clean_answer, format_date
+from tests.doubles import HashingEncoder, ScriptedEngine
+
+
+class T:
+    """A turn as the LoCoMo loader gives it."""
+
+    def __init__(self, i, speaker, text):
+        self.turn_id, self.speaker, self.text = f"D1:{i}", speaker, text
+        self.timestamp = datetime(2023, 5, 7, 13, 0) + timedelta(days=i)
+        self.date_time = f"{self.timestamp:%-I:%M %p} on {self.timestamp.day} {self.timestamp:%B}, {self.timestamp.year}"
+
+
+TURNS = [T(i, "Ann" if i % 2 else "Bob", f"line {i} about topic{i % 7} and the number {1000 + i}") for i in range(1, 61)]
+
+
+def segments(max_tokens=120):
+    return segment_turns(TURNS, max_tokens, 0.1)
+
+
+def test_line_regex_accepts_only_valid_line_lists():
+    rx = re.compile(line_regex(12, 3))
+    for ok in ("none", "1", "12", "3, 7", "1, 2, 12"):
+        assert rx.fullmatch(ok), ok
+    for bad in ("0", "13", "1, 2, 3, 4", "1,2", "", "one"):
+        assert not rx.fullmatch(bad), bad
+
+
+def test_assistant_returns_verbatim_lines_of_its_own_segment():
+    segs = segments()
+    host = AssistantHost(ScriptedEngine(lambda r: "2, 1, 99"), evidence_per_segment=5)
+    host.add(segs)
+    found, bill = host.extract([(segs[0].id, "q?"), (segs[1].id, "q?")])
+    for seg, evidence in zip(segs[:2], found, strict=True):
+        assert [e.turn_id for e in evidence] == seg.turn_ids[:2]  # 99 is out of range: dropped
+        assert [e.content for e in evidence] == seg.lines[:2]
+        assert all(e.segment_id == seg.id for e in evidence)
+    assert bill.calls == 2 and bill.prompt_tokens > 0
+
+
+def test_assistant_batches_all_pairs_in_one_engine_call():
+    segs = segments()
+    engine = ScriptedEngine()
+    host = AssistantHost(engine)
+    host.add(segs)
+    host.extract([(s.id, "q?") for s in segs[:4]])
+    assert len(engine.batches) == 1 and len(engine.batches[0]) == 4
+    assert all(r.regex is not None for r in engine.batches[0])
+
+
+def test_assistant_with_scored_choices_takes_lines_ranked_above_none():
+    from serve.engine import GenerationResult
+
+    class ChoiceEngine(ScriptedEngine):
+        supports_regex = False
+
+        def generate(self, requests):
+            self.batches.append(list(requests))
+            return [GenerationResult("3", 10, 2, "stop", {"3": -0.1, "1": -0.5, "none": -0.9, "2": -2.0})
+                    for _ in requests]
+
+    segs = segments()
+    host = AssistantHost(ChoiceEngine(), evidence_per_segment=5)
+    host.add(segs)
+    [evidence], _ = host.extract([(segs[0].id, "q?")])
+    assert [e.turn_id for e in evidence] == [segs[0].turn_ids[0], segs[0].turn_ids[2]]
+    assert host.engine.batches[0][0].choice[0] == "none"
+
+
+def test_master_orders_evidence_by_time_and_cleans_the_answer():
+    engine = ScriptedEngine(lambda r: "Answer: Ann: a pottery class.\nmore")
+    master = Master(engine)
+    late = Evidence("D1:9", "[late] Ann: x", datetime(2023, 6, 1), 0)
+    early = Evidence("D1:2", "[early] Bob: y", datetime(2023, 5, 1), 0)
+    ans = master.answer("What class?", [late, early], category=4)
+    assert ans.text == "a pottery class" and [e.turn_id for e in ans.evidence] == ["D1:2", "D1:9"]
+    prompt = engine.batches[0][0].messages[1].content
+    assert prompt.index("[early]") < prompt.index("[late]")
+
+
+def test_master_temporal_answer_is_the_chosen_lines_date():
+    master = Master(ScriptedEngine(lambda r: r.choice[-1]))
+    ev = [Evidence("D1:1", "a", datetime(2023, 5, 7), 0), Evidence("D1:2", "b", datetime(2023, 7, 15), 0)]
+    assert master.answer("When did it happen?", ev, category=2).text == "15 July 2023"
+
+
+def test_master_adversarial_is_a_choice_and_no_evidence_means_not_mentioned():
+    engine = ScriptedEngine(lambda r: r.choice[1])
+    master = Master(engine)
+    ev = [Evidence("D1:1", "a", datetime(2023, 5, 7), 0)]
+    assert master.answer("Did Bob adopt?", ev, category=5, adversarial="a dog").text.startswith("Not mentioned")
+    assert engine.batches[0][0].choice == ["a dog", "Not mentioned in the conversation"]
+    calls = len(engine.batches)
+    assert master.answer("Anything?", [], category=4).text == "Not mentioned in the conversation"
+    assert len(engine.batches) == calls  # no model call without evidence
+
+
+def test_format_and_clean():
+    assert format_date(datetime(2023, 5, 7)) == "7 May 2023"
+    assert clean_answer('"Paris".') == "Paris"
+
+
+@pytest.fixture
+def config():
+    cfg = EngramConfig()
+    cfg.episodic.segment_tokens = 120
+    return cfg
+
+
+@pytest.mark.parametrize("name", ["engram", "direct_read", "rag", "full_context"])
+def test_every_system_answers_with_evidence_and_bills(config, name):
+    engine = ScriptedEngine()
+    system = build_system(name, config, encoder=HashingEncoder(), engine=engine)
+    system.ingest(TURNS)
+    ans = system.ask("What about topic3 and the number 1010?", category=4)
+    assert ans.text == "a short answer"
+    assert ans.evidence_turn_ids and set(ans.evidence_turn_ids) <= {t.turn_id for t in TURNS}
+    assert set(ans.evidence_turn_ids) <= set(ans.routed_turn_ids)
+    assert ans.master_bill.calls == 1
+    assert (ans.assistant_bill.calls > 0) == (name == "engram")
+    assert (ans.segments > 0) == (name in ("engram", "direct_read"))
+
+
+def test_engram_summarises_every_segment_for_the_router(config):
+    engine = ScriptedEngine(lambda r: "summary of a part")
+    system = build_system("engram", config, encoder=HashingEncoder(), engine=engine)
+    system.ingest(TURNS)
+    assert len(system.segments) > 3 and all(s.summary == "summary of a part" for s in system.segments)
+    assert len(engine.batches) == 1  # one batch for all summaries
+
+
+def test_rag_finds_the_turn_with_the_exact_number(config):
+    system = build_system("rag", config, encoder=HashingEncoder(), engine=ScriptedEngine())
+    system.ingest(TURNS)
+    assert "D1:37" in system.ask("the number 1037", category=4).routed_turn_ids
+
+
+def test_full_context_keeps_the_most_recent_turns_within_the_window(config):
+    engine = ScriptedEngine()
+    engine.max_model_len = 400
+    system = build_system("full_context", config, encoder=HashingEncoder(), engine=engine)
+    system.ingest(TURNS)
+    ans = system.ask("q?", category=4)
+    assert "D1:60" in ans.routed_turn_ids and "D1:1" not in ans.routed_turn_ids
+
+
+def test_unknown_system_is_an_error(config):
+    with pytest.raises(ValueError, match="unknown system"):
+        build_system("oracle", config, encoder=HashingEncoder(), engine=ScriptedEngine())
