@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from actors.assistant import AssistantHost, Evidence
-from actors.bm25 import SparseBM25Index
+from actors.bm25 import SparseBM25Index, make_tokenizer
 from actors.episodic_router import Encoder, EpisodicRouter
 from actors.segmenter import Segment, estimate_tokens, render_turn, segment_turns
 from cluster.config import EngramConfig
@@ -80,9 +80,10 @@ class _System:
         return out
 
     def _answer(self, question: str, evidence: list[Evidence], category: int, adversarial: str | None,
-                routed: list[str], segments: int, assistant_bill: TokenBill = TokenBill()) -> Answer:
+                routed: list[str], segments: int, assistant_bill: TokenBill | None = None) -> Answer:
         res = self.master.answer(question, evidence, category, adversarial)
-        return Answer(res.text, [e.turn_id for e in res.evidence], routed, segments, assistant_bill, res.bill)
+        return Answer(res.text, [e.turn_id for e in res.evidence], routed, segments,
+                      assistant_bill or TokenBill(), res.bill)
 
 
 class EpisodicMemory(_System):
@@ -137,8 +138,9 @@ class RagBaseline(_System):
         self.turns = list(turns)
         lines = [render_turn(t) for t in self.turns]
         self.vectors = self.encoder.encode(lines)
-        r = self.config.router
-        self.bm25 = SparseBM25Index(k1=r.bm25_k1, b=r.bm25_b, idf=r.bm25_idf, epsilon=r.bm25_epsilon)
+        r = self.config.router  # same BM25 settings as the router's keyword path
+        self.bm25 = SparseBM25Index(k1=r.bm25_k1, b=r.bm25_b, idf=r.bm25_idf, epsilon=r.bm25_epsilon,
+                                    tokenizer=make_tokenizer(r.bm25_stop_words, r.bm25_stem))
         self.bm25.add(lines)
 
     def ask(self, question: str, *, category: int, adversarial: str | None = None) -> Answer:

@@ -217,6 +217,14 @@ class RouterConfig(_Section):
     bm25_epsilon: float = Field(
         0.25, ge=0, le=10, description="idf floor (lucene) or share of the mean idf (okapi); both use 0.25."
     )
+    bm25_stop_words: Literal["emem", "questions"] = Field(
+        "emem",
+        description="BM25 stop list: 'emem' = E-mem router's 34 words; 'questions' adds question and auxiliary "
+        "words (what, when, did, ...) that every question has and no answer turns on.",
+    )
+    bm25_stem: bool = Field(
+        False, description="Porter-stem BM25 tokens (nltk); E-mem's code does not stem."
+    )
 
     @model_validator(mode="after")
     def _some_weight(self) -> RouterConfig:

@@ -90,7 +90,9 @@ class Master:
             return GenerationRequest(messages=messages, choice=[clean_answer(adversarial), self.not_mentioned])
         return GenerationRequest(messages=messages, max_tokens=self.max_tokens)
 
-    def answer_batch(self, items: Sequence[tuple[str, Sequence[Evidence], int | None, str | None]]) -> list[MasterAnswer]:
+    def answer_batch(
+        self, items: Sequence[tuple[str, Sequence[Evidence], int | None, str | None]]
+    ) -> list[MasterAnswer]:
         """(question, evidence, category, adversarial answer) per question -> answers, one engine batch."""
         ordered = [sorted(ev, key=lambda e: (e.timestamp, e.turn_id)) for _, ev, _, _ in items]
         todo = [i for i, ev in enumerate(ordered) if ev]

@@ -19,10 +19,12 @@ class T:
     def __init__(self, i, speaker, text):
         self.turn_id, self.speaker, self.text = f"D1:{i}", speaker, text
         self.timestamp = datetime(2023, 5, 7, 13, 0) + timedelta(days=i)
-        self.date_time = f"{self.timestamp:%-I:%M %p} on {self.timestamp.day} {self.timestamp:%B}, {self.timestamp.year}"
+        ts = self.timestamp
+        self.date_time = f"{ts:%-I:%M %p} on {ts.day} {ts:%B}, {ts.year}"
 
 
-TURNS = [T(i, "Ann" if i % 2 else "Bob", f"line {i} about topic{i % 7} and the number {1000 + i}") for i in range(1, 61)]
+TURNS = [T(i, "Ann" if i % 2 else "Bob", f"line {i} about topic{i % 7} and the number {1000 + i}")
+         for i in range(1, 61)]
 
 
 def segments(max_tokens=120):
