@@ -125,7 +125,8 @@ class EpisodicMemory(_System):
             evidence, bill = self.fit(_dedupe(lines), question), TokenBill()
         else:
             found, bill = self.host.extract([(a.segment_id, question) for a in activations])
-            evidence = self.fit(_dedupe([e for group in found for e in group]), question)
+            kept = _dedupe([e for group in found for e in group])[: self.config.episodic.master_evidence]
+            evidence = self.fit(kept, question)
         return self._answer(question, evidence, category, adversarial, routed, len(activations), bill)
 
 

@@ -273,6 +273,11 @@ class EpisodicConfig(_Section):
         5, gt=0, le=64, description="Most evidence lines an assistant returns for one segment (E-mem: 5)."
     )
     answer_max_tokens: int = Field(24, gt=0, le=1024, description="Length cap of the master's short answer.")
+    master_evidence: int = Field(
+        12, gt=0, le=10_000,
+        description="Most evidence lines the master reads (best-routed segments first); E-mem's aggregator "
+        "likewise drops noise before answering.",
+    )
     rag_top_k: int = Field(10, gt=0, le=1000, description="Turns the plain-RAG baseline gives the answer model.")
     not_mentioned: str = Field(
         "Not mentioned in the conversation",
