@@ -31,7 +31,10 @@ from serve.master import Master
 SUMMARY_PROMPT = (
     "Summarise this part of a conversation in one sentence that names the people, the events and the topics."
 )
-PROMPT_MARGIN_TOKENS = 64  # instructions, question and chat template around the evidence lines
+# NOTE: the master's system prompt, evidence header, instruction and chat template take ~110 tokens
+# besides the question (counted exactly); each evidence line adds "[12] " and a newline.
+PROMPT_MARGIN_TOKENS = 160
+LINE_OVERHEAD_TOKENS = 6
 
 
 @dataclass
@@ -73,7 +76,7 @@ class _System:
         left = self.budget - self.count(question)
         out = []
         for e in evidence:
-            left -= self.count(e.content) + 4  # "[12] " and the newline
+            left -= self.count(e.content) + LINE_OVERHEAD_TOKENS
             if left < 0:
                 break
             out.append(e)

@@ -285,6 +285,46 @@ class EpisodicConfig(_Section):
     )
 
 
+class AdmissionConfig(_Section):
+    """Learned write-side admission (MemRouter): ADD/NOOP and content type from turn embeddings, one pass."""
+
+    backbone: str = Field(
+        "packaged:SmolLM2-135M-Instruct",
+        description="Frozen causal LM the projected turn embeddings run through as inputs_embeds "
+        "(MemRouter: a frozen 7B LLM; CPU profile: SmolLM2-135M-Instruct, hidden 576).",
+    )
+    max_turns: int = Field(
+        5, ge=1, le=64, description="Turns per chunk: the current turn plus up to max_turns-1 before it (MemRouter: 5)."
+    )
+    projector_hidden: int = Field(
+        1024, ge=8, le=65_536, description="Width of the projector's hidden layer (not published; chosen here)."
+    )
+    device: str = Field("cpu", description="torch device of the classifier and its training ('cpu', 'cuda').")
+    holdout_conversation: str = Field(
+        "conv-47",
+        min_length=1,
+        description="Train-split conversation held out for early stopping and the threshold (never a test one).",
+    )
+    epochs: int = Field(3, ge=1, le=1000, description="Most training epochs over the train chunks.")
+    patience: int = Field(1, ge=0, le=1000, description="Epochs without held-out F1 gain before stopping.")
+    batch_size: int = Field(32, ge=1, le=4096, description="Chunks per training step.")
+    lr: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate of projector and heads.")
+    weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW weight decay.")
+    content_loss_weight: float = Field(
+        0.5, ge=0, le=10, description="Weight of the content-type cross-entropy (ADD chunks only) in the loss."
+    )
+    max_train_minutes: float = Field(
+        20.0,
+        gt=0,
+        le=10_000,
+        description="Wall-time budget of training; the step that crosses it ends training (then held-out evaluation).",
+    )
+    threshold: float = Field(
+        0.5, gt=0, lt=1, description="p_add at or above which a turn is stored when no trained threshold is saved."
+    )
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of initialisation and shuffling.")
+
+
 class EngramConfig(BaseSettings):
     """The root of the tree. Build it with :func:`load_config`."""
 
@@ -298,6 +338,7 @@ class EngramConfig(BaseSettings):
     router: RouterConfig = Field(default_factory=RouterConfig)
     episodic: EpisodicConfig = Field(default_factory=EpisodicConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     paths: PathsConfig = Field(default_factory=PathsConfig)
 

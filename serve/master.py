@@ -84,10 +84,13 @@ class Master:
                 adversarial: str | None) -> GenerationRequest:
         messages = [{"role": "system", "content": SYSTEM},
                     {"role": "user", "content": self.prompt(question, evidence, category)}]
+        # NOTE: every request states max_tokens, so the caller's prompt budget (window - max_tokens) holds.
         if category == 2:
-            return GenerationRequest(messages=messages, choice=[str(i) for i in range(1, len(evidence) + 1)])
+            return GenerationRequest(messages=messages, choice=[str(i) for i in range(1, len(evidence) + 1)],
+                                     max_tokens=self.max_tokens)
         if category == 5 and adversarial and clean_answer(adversarial) != self.not_mentioned:
-            return GenerationRequest(messages=messages, choice=[clean_answer(adversarial), self.not_mentioned])
+            return GenerationRequest(messages=messages, choice=[clean_answer(adversarial), self.not_mentioned],
+                                     max_tokens=self.max_tokens)
         return GenerationRequest(messages=messages, max_tokens=self.max_tokens)
 
     def answer_batch(

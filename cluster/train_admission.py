@@ -1,0 +1,282 @@
+"""Train the admission classifier (MemRouter) on LoCoMo's train split::
+
+    python -m cluster.train_admission [--epochs N] [--max-minutes M] [--limit N]
+
+Labels (docs/admission.md):
+- operation: a train turn whose ``dia_id`` is in some question's ``evidence`` -> ADD, else NOOP
+  (LoCoMo evidence annotations; ~24% ADD over all 10 conversations);
+- content type (ADD turns only): :func:`actors.admission.content_type_rule`, a keyword rule over the text.
+
+Conversations 1–7 are the train split; ``admission.holdout_conversation`` (default conv-47) is held out for
+early stopping and for the decision threshold (the one with the best held-out F1). The test split is never
+read here. Every turn is embedded once (cached under ``<cache_dir>/embeddings``); chunks are index lists into
+that matrix, so an epoch costs only projector + frozen backbone passes. Only projector and heads train.
+Output: ``<cache_dir>/admission/admission.pt`` (projector + heads) and ``admission.json`` (settings,
+threshold, held-out metrics).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from actors.admission import (
+    CONTENT_TYPES,
+    OPS,
+    SETTINGS_FILE,
+    WEIGHTS_FILE,
+    AdmissionModel,
+    chunk_rows,
+    content_type_rule,
+    load_backbone,
+    pad_chunks,
+)
+from cluster.config import AdmissionConfig, EngramConfig, load_config
+
+log = logging.getLogger(__name__)
+LABEL_SOURCE = (
+    "op: dia_id in some question's evidence -> ADD (LoCoMo); content type: actors.admission.content_type_rule"
+)
+
+
+def evidence_labels(conversation: Any) -> np.ndarray:
+    """1 (ADD) for each turn whose ``dia_id`` is cited as evidence by a question of its conversation, else 0."""
+    cited = {d for q in conversation.questions for d in q.evidence}
+    return np.array([int(t.dia_id in cited) for t in conversation.turns], dtype=np.int64)
+
+
+def prf(pred: Sequence[int] | np.ndarray, gold: Sequence[int] | np.ndarray) -> dict[str, float]:
+    """Precision / recall / F1 of the positive class: ``prf([1, 0, 1], [1, 1, 0])["f1"] == 0.5``."""
+    pred, gold = np.asarray(pred, dtype=bool), np.asarray(gold, dtype=bool)
+    tp = float((pred & gold).sum())
+    precision = tp / pred.sum() if pred.sum() else 0.0
+    recall = tp / gold.sum() if gold.sum() else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def best_threshold(p_add: np.ndarray, gold: np.ndarray) -> tuple[float, float]:
+    """(threshold, F1) maximising F1 of ``p_add >= threshold``.
+
+    ``best_threshold([.9, .2, .6], [1, 0, 1]) == (0.6, 1.0)``
+    """
+    p_add, gold = np.asarray(p_add, dtype=np.float64), np.asarray(gold, dtype=np.int64)
+    order = np.argsort(-p_add, kind="stable")
+    tp = np.cumsum(gold[order])
+    k = np.arange(1, len(order) + 1)
+    f1 = 2 * tp / (k + max(int(gold.sum()), 1))
+    best = int(np.argmax(f1))
+    return float(p_add[order[best]]), float(f1[best])
+
+
+@dataclass
+class ChunkSet:
+    """Chunks as row lists into ``vectors`` (one embedding per turn) with their op and content-type labels."""
+
+    vectors: np.ndarray
+    rows: list[list[int]]
+    op: np.ndarray
+    ctype: np.ndarray
+
+    def chunks(self, idx: Sequence[int]) -> list[np.ndarray]:
+        return [self.vectors[self.rows[i]] for i in idx]
+
+
+def build_chunkset(conversations: Sequence[Any], vectors: np.ndarray, max_turns: int) -> ChunkSet:
+    """Chunks of every turn of ``conversations``; ``vectors`` holds their turns' embeddings in the same order."""
+    rows: list[list[int]] = []
+    op, ctype = [], []
+    offset = 0
+    for conv in conversations:
+        rows += [[offset + r for r in chunk] for chunk in chunk_rows(len(conv.turns), max_turns)]
+        op.append(evidence_labels(conv))
+        ctype += [CONTENT_TYPES.index(content_type_rule(t.text)) for t in conv.turns]
+        offset += len(conv.turns)
+    if offset != len(vectors):
+        raise ValueError(f"{len(vectors)} vectors for {offset} turns")
+    return ChunkSet(vectors, rows, np.concatenate(op), np.array(ctype, dtype=np.int64))
+
+
+def class_weights(op: np.ndarray) -> torch.Tensor:
+    """Weighted cross-entropy from class balance, ``N / (K * N_c)``: ``class_weights([0, 0, 0, 1]) == [2/3, 2]``."""
+    counts = np.bincount(np.asarray(op), minlength=len(OPS)).astype(np.float64)
+    return torch.tensor(len(op) / (len(OPS) * np.maximum(counts, 1)), dtype=torch.float32)
+
+
+def train_step(
+    model: AdmissionModel,
+    optimizer: torch.optim.Optimizer,
+    chunks: Sequence[np.ndarray],
+    op: np.ndarray,
+    ctype: np.ndarray,
+    op_weight: torch.Tensor,
+    content_weight: float,
+) -> float:
+    """One optimiser step on a batch; the content-type loss counts ADD chunks only. Returns the loss."""
+    device = next(model.projector.parameters()).device
+    embeds, mask = pad_chunks(chunks)
+    op_t, type_t = torch.as_tensor(op, device=device), torch.as_tensor(ctype, device=device)
+    op_logits, type_logits = model(embeds.to(device), mask.to(device))
+    loss = nn.functional.cross_entropy(op_logits, op_t, weight=op_weight.to(device))
+    add = op_t == 1
+    if content_weight > 0 and bool(add.any()):
+        loss = loss + content_weight * nn.functional.cross_entropy(type_logits[add], type_t[add])
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return float(loss.detach())
+
+
+@torch.no_grad()
+def predict_p_add(model: AdmissionModel, data: ChunkSet, batch: int = 128) -> np.ndarray:
+    model.eval()
+    device = next(model.projector.parameters()).device
+    out = []
+    for start in range(0, len(data.rows), batch):
+        embeds, mask = pad_chunks(data.chunks(range(start, min(start + batch, len(data.rows)))))
+        out.append(model(embeds.to(device), mask.to(device))[0].softmax(-1)[:, 1].cpu().numpy())
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+@dataclass
+class FitResult:
+    state: dict[str, torch.Tensor]
+    threshold: float
+    holdout_f1: float
+    history: list[dict[str, float]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def fit(
+    model: AdmissionModel, train: ChunkSet, holdout: ChunkSet, cfg: AdmissionConfig, progress: bool = True
+) -> FitResult:
+    """Train projector + heads; keep the epoch with the best held-out F1 (its threshold chosen on held-out)."""
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    weight = class_weights(train.op)
+    start, best, stale = time.perf_counter(), None, 0
+    history: list[dict[str, float]] = []
+    for epoch in range(1, cfg.epochs + 1):
+        model.train()
+        order = rng.permutation(len(train.rows))
+        batches = [order[i : i + cfg.batch_size] for i in range(0, len(order), cfg.batch_size)]
+        losses = []
+        for idx in tqdm(batches, desc=f"epoch {epoch}", disable=not progress, file=sys.stderr):
+            losses.append(
+                train_step(model, optimizer, train.chunks(idx), train.op[idx], train.ctype[idx], weight,
+                           cfg.content_loss_weight)
+            )
+            if time.perf_counter() - start > cfg.max_train_minutes * 60:
+                log.info("time budget of %.1f min reached after %d steps of epoch %d", cfg.max_train_minutes,
+                         len(losses), epoch)
+                break
+        p_add = predict_p_add(model, holdout)
+        threshold, f1 = best_threshold(p_add, holdout.op)
+        history.append({"epoch": epoch, "steps": len(losses), "train_loss": float(np.mean(losses)), "holdout_f1": f1,
+                        "threshold": threshold, "seconds": time.perf_counter() - start})
+        log.info("epoch %d: train loss %.4f, held-out F1 %.3f at threshold %.3f", epoch, history[-1]["train_loss"],
+                 f1, threshold)
+        if best is None or f1 > best.holdout_f1:
+            state = {k: v.detach().clone() for k, v in model.trainable_state().items()}
+            best, stale = FitResult(state, threshold, f1), 0
+        else:
+            stale += 1
+        if stale > cfg.patience or time.perf_counter() - start > cfg.max_train_minutes * 60:
+            break
+    assert best is not None  # epochs >= 1
+    best.history, best.seconds = history, time.perf_counter() - start
+    model.load_state_dict(best.state, strict=False)
+    return best
+
+
+def save(out_dir: Path, model: AdmissionModel, result: FitResult, settings: dict[str, Any]) -> None:
+    """Write weights, then settings (written last: a folder without them is unfinished)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / (WEIGHTS_FILE + ".tmp")
+    torch.save(result.state, tmp)
+    tmp.replace(out_dir / WEIGHTS_FILE)
+    (out_dir / SETTINGS_FILE).write_text(json.dumps(settings, indent=2))
+
+
+def run(cfg: EngramConfig, *, limit: int | None = None, progress: bool = True) -> dict[str, Any]:
+    """Embed the train split, train, save to ``<cache_dir>/admission``; returns the saved settings."""
+    from actors.segmenter import render_turn
+    from bench.common import embed_cached
+    from bench.locomo_data import load_locomo, split
+    from serve.embedder import Embedder
+
+    acfg = cfg.admission
+    convs = split(load_locomo(cfg.data.locomo_path), "train")
+    if acfg.holdout_conversation not in {c.sample_id for c in convs}:
+        raise ValueError(f"admission.holdout_conversation={acfg.holdout_conversation!r} is not a train conversation")
+    if limit:  # smoke runs: the first `limit` turns of each conversation
+        convs = [type(c)(c.sample_id, c.speakers, c.turns[:limit], c.questions) for c in convs]
+    train_convs = [c for c in convs if c.sample_id != acfg.holdout_conversation]
+    hold_convs = [c for c in convs if c.sample_id == acfg.holdout_conversation]
+    embedder = Embedder(cfg.embedder)
+    sets = []
+    for name, group in (("train", train_convs), ("holdout", hold_convs)):
+        texts = [render_turn(t) for c in group for t in c.turns]
+        vectors, _ = embed_cached(embedder, texts, Path(cfg.paths.cache_dir), label=f"admission-{name}")
+        sets.append(build_chunkset(group, vectors, acfg.max_turns))
+    train, holdout = sets
+    torch.manual_seed(acfg.seed)
+    model = AdmissionModel(load_backbone(acfg.backbone, cfg.paths.cache_dir, acfg.device), embedder.dim,
+                           acfg.projector_hidden).to(acfg.device)
+    trainable = model.trainable_parameters()
+    total = sum(p.numel() for p in model.parameters())
+    print(f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / total:.2f}%); "
+          f"train chunks {len(train.rows)} ({int(train.op.sum())} ADD), held-out {len(holdout.rows)} "
+          f"({int(holdout.op.sum())} ADD, {acfg.holdout_conversation})", flush=True)
+    result = fit(model, train, holdout, acfg, progress=progress)
+    settings = {
+        "backbone": acfg.backbone, "cache_dir": str(cfg.paths.cache_dir), "embedder": embedder.name,
+        "embed_dim": embedder.dim, "projector_hidden": acfg.projector_hidden, "max_turns": acfg.max_turns,
+        "ops": list(OPS), "content_types": list(CONTENT_TYPES), "label_source": LABEL_SOURCE,
+        "threshold": result.threshold, "holdout_conversation": acfg.holdout_conversation,
+        "holdout_f1": result.holdout_f1, "history": result.history, "train_seconds": round(result.seconds, 1),
+        "trainable_params": trainable, "total_params": total, "class_weights": class_weights(train.op).tolist(),
+        "train_chunks": len(train.rows), "train_add": int(train.op.sum()), "limit": limit,
+        "config": acfg.model_dump(),
+    }
+    out_dir = Path(cfg.paths.cache_dir) / "admission"
+    save(out_dir, model, result, settings)
+    print(f"wrote {out_dir / WEIGHTS_FILE} (held-out F1 {result.holdout_f1:.3f} at threshold "
+          f"{result.threshold:.3f}, {result.seconds:.0f} s)", flush=True)
+    return settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cluster.train_admission", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
+    parser.add_argument("--epochs", type=int, default=None, help="override admission.epochs")
+    parser.add_argument("--max-minutes", type=float, default=None, help="override admission.max_train_minutes")
+    parser.add_argument("--limit", type=int, default=None, help="smoke run: first N turns of each conversation")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
+    cfg = load_config(args.profile)
+    if args.epochs is not None:
+        cfg.admission.epochs = args.epochs
+    if args.max_minutes is not None:
+        cfg.admission.max_train_minutes = args.max_minutes
+    settings = run(cfg, limit=args.limit)
+    print(json.dumps({k: settings[k] for k in ("trainable_params", "threshold", "holdout_f1", "train_seconds")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
