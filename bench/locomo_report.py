@@ -32,7 +32,7 @@ def markdown_table(summaries: Sequence[dict], split_name: str) -> str:
         "",
         f"| system | n | {cats} | overall | overall no5 | E-mem overall | E-mem no5 | evidence recall | segments/q "
         "| tokens assistants | tokens master | tokens total | p50 ms | p95 ms |",
-        "|---|---|" + "---|" * (len(CATEGORIES) + 13),
+        "|---|---|" + "---|" * (len(CATEGORIES) + 11),
     ]
     for s in summaries:
         f1, em, tok = s["f1"], s["f1_emem"], s["tokens_per_question"]
