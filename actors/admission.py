@@ -166,8 +166,10 @@ class AdmissionModel(nn.Module):
         table = self.backbone.get_input_embeddings().weight.detach()
         rms = float(table.pow(2).mean(-1).sqrt().mean())
         self.projector = Projector(embed_dim, projector_hidden, hidden, target_rms=rms)
-        self.op_head = nn.Linear(hidden, len(OPS))
-        self.type_head = nn.Linear(hidden, len(CONTENT_TYPES))
+        # NOTE: a LayerNorm before each linear head: the backbone's final hidden state has a few outlier
+        # dimensions of large magnitude, which a bare linear head trains poorly on (measured: no gain).
+        self.op_head = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, len(OPS)))
+        self.type_head = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, len(CONTENT_TYPES)))
 
     def train(self, mode: bool = True) -> AdmissionModel:
         """Train the projector and heads; the backbone stays in eval mode (no dropout, frozen)."""

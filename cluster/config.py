@@ -305,10 +305,10 @@ class AdmissionConfig(_Section):
         min_length=1,
         description="Train-split conversation held out for early stopping and the threshold (never a test one).",
     )
-    epochs: int = Field(3, ge=1, le=1000, description="Most training epochs over the train chunks.")
-    patience: int = Field(1, ge=0, le=1000, description="Epochs without held-out F1 gain before stopping.")
+    epochs: int = Field(6, ge=1, le=1000, description="Most training epochs over the train chunks.")
+    patience: int = Field(2, ge=0, le=1000, description="Epochs without held-out F1 gain before stopping.")
     batch_size: int = Field(32, ge=1, le=4096, description="Chunks per training step.")
-    lr: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate of projector and heads.")
+    lr: float = Field(2e-3, gt=0, le=1, description="AdamW learning rate of projector and heads.")
     weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW weight decay.")
     content_loss_weight: float = Field(
         0.5, ge=0, le=10, description="Weight of the content-type cross-entropy (ADD chunks only) in the loss."

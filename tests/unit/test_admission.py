@@ -127,7 +127,7 @@ def test_save_and_load_roundtrip_and_missing_weights_message(tmp_path):
 
     model = tiny_model(seed=4)
     with torch.no_grad():
-        model.op_head.bias.add_(0.3)
+        model.op_head[-1].bias.add_(0.3)
     settings = {"backbone": "tiny", "embed_dim": DIM, "projector_hidden": 32, "threshold": 0.42}
     save(tmp_path, model, FitResult(model.trainable_state(), 0.42, 0.0), settings)
     loaded = AdmissionClassifier.load(tmp_path, backbone_loader=lambda name: tiny_backbone(seed=4))
