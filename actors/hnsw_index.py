@@ -37,6 +37,7 @@ class HnswIndex:
         self._index = hnswlib.Index(space="ip", dim=dim)
         self._index.init_index(max_elements=capacity, ef_construction=ef_construction, M=M)
         self._index.set_ef(ef)
+        self._ef = ef
         self._live = 0
 
     def add(self, slots: np.ndarray, vectors: np.ndarray) -> None:
@@ -54,8 +55,30 @@ class HnswIndex:
         k = min(k, self._live)
         if k <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        labels, distances = self._index.knn_query(np.asarray(vector, dtype=np.float32).reshape(1, -1), k=k)
+        query = np.asarray(vector, dtype=np.float32).reshape(1, -1)
+        try:
+            labels, distances = self._index.knn_query(query, k=k)
+        except RuntimeError:
+            labels, distances = self._search_wide(query, k)
         return labels[0].astype(np.int64), (1.0 - distances[0]).astype(np.float32)
+
+    def _search_wide(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Retry with a beam as wide as the index, then with smaller k.
+
+        NOTE: deleted points stay in the graph; when k is close to the number of live points the
+        default beam can end with fewer than k live results and hnswlib raises instead of answering.
+        """
+        self._index.set_ef(max(self._ef, self._index.get_current_count()))
+        try:
+            while True:
+                try:
+                    return self._index.knn_query(query, k=k)
+                except RuntimeError:
+                    if k <= 1:
+                        raise
+                    k = max(1, k * 3 // 4)
+        finally:
+            self._index.set_ef(self._ef)
 
     def resize(self, capacity: int) -> None:
         self._index.resize_index(capacity)

@@ -61,3 +61,30 @@ def test_search_on_empty_or_small_index():
     assert len(slots) == 0 and len(sims) == 0
     index.add(np.array([0, 1]), unit_vectors(2, 8))
     assert len(index.search(unit_vectors(1, 8)[0], 100)[0]) == 2
+
+
+def test_search_recovers_when_hnswlib_cannot_fill_k():
+    index = HnswIndex(8, 20)
+    vectors = unit_vectors(20, 8, 7)
+    index.add(np.arange(20), vectors)
+
+    class Flaky:
+        """hnswlib's failure mode: the default beam ends with fewer than k live results."""
+
+        def __init__(self, real):
+            self.real, self.calls = real, []
+
+        def knn_query(self, query, k):
+            self.calls.append((k, self.real.ef))
+            if len(self.calls) == 1:
+                raise RuntimeError("Cannot return the results in a contiguous 2D array. Probably ef or M is too small")
+            return self.real.knn_query(query, k=k)
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+    flaky = Flaky(index._index)
+    index._index = flaky
+    slots, _ = index.search(vectors[3], 20)
+    assert len(slots) == 20 and slots[0] == 3
+    assert flaky.calls[1][1] >= 20 and flaky.real.ef == 50  # retried with a wider beam, then restored
