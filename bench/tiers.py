@@ -34,7 +34,7 @@ from bench.common import (
 )
 from bench.synthetic import SCENARIOS, Fact, generate_facts, query_ids
 from bench.tiers_report import write_report
-from cluster.config import EngramConfig, TierConfig, load_config
+from cluster.config import EngramConfig, load_config
 from serve.embedder import Embedder
 
 QUICK = {"scenario": "B", "scale": 5, "seeds": [42]}
@@ -62,10 +62,8 @@ def scenarios_for(names: list[str], scale: int) -> list[Scenario]:
 def run_one(cfg: EngramConfig, embedder: Embedder, reranker, sc: Scenario, mode: str, facts: list[Fact],
             vectors: np.ndarray) -> dict:
     base = cfg.tiers.model_copy(update={
-        "l1": TierConfig(capacity=sc.l1, M=cfg.tiers.l1.M, ef_construction=cfg.tiers.l1.ef_construction,
-                         ef=cfg.tiers.l1.ef),
-        "l2": TierConfig(capacity=sc.l2, M=cfg.tiers.l2.M, ef_construction=cfg.tiers.l2.ef_construction,
-                         ef=cfg.tiers.l2.ef),
+        "l1": cfg.tiers.l1.model_copy(update={"capacity": sc.l1}),
+        "l2": cfg.tiers.l2.model_copy(update={"capacity": sc.l2}),
     })
     tiers = mode_config(base, mode, total_items=sc.n)
     memory = TieredMemory(tiers, embedder, reranker=reranker if tiers.rerank.kind != "none" else None)
