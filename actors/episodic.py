@@ -15,14 +15,14 @@ Baselines, with the same engine and master prompts (``build_system``):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from actors.assistant import AssistantHost, Evidence
-from actors.bm25 import SparseBM25Index, make_tokenizer
-from actors.episodic_router import Encoder, EpisodicRouter
+from actors.episodic_router import Encoder, EpisodicRouter, bm25_index
 from actors.segmenter import Segment, estimate_tokens, render_turn, segment_turns
 from cluster.config import EngramConfig
 from serve.engine import GenerationEngine, GenerationRequest, TokenBill
@@ -52,7 +52,12 @@ def token_counter(engine: GenerationEngine) -> Callable[[str], int]:
     tokenizer = getattr(engine, "tokenizer", None)
     if tokenizer is None:
         return estimate_tokens
-    return lambda text: len(tokenizer(text, add_special_tokens=False).input_ids)
+
+    @functools.lru_cache(maxsize=1 << 16)  # NOTE: fit() counts the same turn lines for every question
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False).input_ids)
+
+    return count
 
 
 def turn_evidence(turn, segment_id: int = -1) -> Evidence:
@@ -142,9 +147,7 @@ class RagBaseline(_System):
         self.turns = list(turns)
         lines = [render_turn(t) for t in self.turns]
         self.vectors = self.encoder.encode(lines)
-        r = self.config.router  # same BM25 settings as the router's keyword path
-        self.bm25 = SparseBM25Index(k1=r.bm25_k1, b=r.bm25_b, idf=r.bm25_idf, epsilon=r.bm25_epsilon,
-                                    tokenizer=make_tokenizer(r.bm25_stop_words, r.bm25_stem))
+        self.bm25 = bm25_index(self.config.router)  # same BM25 settings as the router's keyword path
         self.bm25.add(lines)
 
     def ask(self, question: str, *, category: int, adversarial: str | None = None) -> Answer:

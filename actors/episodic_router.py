@@ -116,6 +116,14 @@ def _minmax(x: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
     return np.where(valid, out, 0.0)
 
 
+def bm25_index(config: RouterConfig, factory: BM25Factory = SparseBM25Index) -> BM25Index:
+    """An empty BM25 index with the router's settings (also used by the plain-RAG baseline)."""
+    return factory(
+        k1=config.bm25_k1, b=config.bm25_b, idf=config.bm25_idf, epsilon=config.bm25_epsilon,
+        tokenizer=make_tokenizer(config.bm25_stop_words, config.bm25_stem),
+    )
+
+
 class EpisodicRouter:
     """Indexes segments on three paths and routes questions to them. No Ray, no model inside."""
 
@@ -128,10 +136,7 @@ class EpisodicRouter:
         self.encoder = encoder
         self.config = config or RouterConfig()
         c = self.config
-        self._bm25 = bm25_factory(
-            k1=c.bm25_k1, b=c.bm25_b, idf=c.bm25_idf, epsilon=c.bm25_epsilon,
-            tokenizer=make_tokenizer(c.bm25_stop_words, c.bm25_stem),
-        )
+        self._bm25 = bm25_index(c, bm25_factory)
         self._ids: list[int] = []
         self._row: dict[int, int] = {}
         dim = encoder.dim

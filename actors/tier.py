@@ -76,14 +76,14 @@ class TierShard:
     _COLUMNS = ("vectors", "importance", "usage", "last_access", "seq", "occupied", "entity_ids")
     _LISTS = ("ids", "texts", "entities", "created_at", "metadata")
 
-    def _alloc(self, n: int) -> None:
+    def _alloc(self, n: int, entity_width: int = 4) -> None:
         self.vectors = np.zeros((n, self.dim), dtype=np.float32)
         self.importance = np.zeros(n, dtype=np.float64)
         self.usage = np.zeros(n, dtype=np.int64)
         self.last_access = np.zeros(n, dtype=np.int64)
         self.seq = np.zeros(n, dtype=np.int64)
         self.occupied = np.zeros(n, dtype=bool)
-        self.entity_ids = np.full((n, 4), -1, dtype=np.int64)  # padded with -1; widened on demand
+        self.entity_ids = np.full((n, entity_width), -1, dtype=np.int64)  # padded with -1; widened on demand
         self.ids: list[ItemId | None] = [None] * n
         self.texts: list[str] = [""] * n
         self.entities: list[tuple[str, ...]] = [()] * n
@@ -93,16 +93,11 @@ class TierShard:
     def _grow(self, new_capacity: int) -> None:
         logger.warning("%s: full of protected items, growing %d -> %d", self.name, self.capacity, new_capacity)
         old = self.capacity
+        saved = {name: getattr(self, name) for name in (*self._COLUMNS, *self._LISTS)}
         self._index.resize(new_capacity)
-        for name in self._COLUMNS:
-            col = getattr(self, name)
-            fill = -1 if name == "entity_ids" else 0
-            grown = np.full((new_capacity, *col.shape[1:]), fill, dtype=col.dtype)
-            grown[:old] = col
-            setattr(self, name, grown)
-        for name in self._LISTS:
-            getattr(self, name).extend([() if name == "entities" else "" if name == "texts" else None]
-                                       * (new_capacity - old))
+        self._alloc(new_capacity, entity_width=saved["entity_ids"].shape[1])
+        for name, column in saved.items():
+            getattr(self, name)[:old] = column
         self._free.extend(range(new_capacity - 1, old - 1, -1))
         self.capacity = new_capacity
 

@@ -24,7 +24,7 @@ from actors.entities import EntityExtractor
 from actors.modes import mode_config, parse_mode
 from actors.rerank import build_reranker
 from actors.tiered_memory import TieredMemory
-from bench.common import embed_cached, emit_json, percentiles_ms, reciprocal_rank, setup_logging
+from bench.common import embed_cached, emit_json, percentiles_ms, reciprocal_rank, setup_logging, warm_up
 from cluster.config import load_config
 from serve.embedder import Embedder
 
@@ -89,8 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
     embedder = Embedder(cfg.embedder)
     vectors, _ = embed_cached(embedder, lines, cfg.paths.cache_dir, label="bgl")
     reranker = build_reranker(cfg.tiers.rerank)
-    for _ in range(20):  # NOTE: warm torch's thread pool before timing
-        embedder.encode(["warm-up query"], is_query=True)
+    warm_up(embedder)
 
     results = []
     for mode in tqdm(modes, desc="modes"):

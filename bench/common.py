@@ -45,6 +45,12 @@ def embed_cached(embedder: Embedder, texts: Sequence[str], cache_dir: Path, *, l
     return vectors, rate
 
 
+def warm_up(embedder: Embedder, rounds: int = 20) -> None:
+    """NOTE: the first encodes pay for torch's thread pool; run them before anything is timed."""
+    for _ in range(rounds):
+        embedder.encode(["warm-up query"], is_query=True)
+
+
 def percentiles_ms(seconds: Sequence[float]) -> dict[str, float]:
     """Wall times in seconds -> p50 / p95 / mean in milliseconds."""
     ms = np.asarray(seconds, dtype=np.float64) * 1000.0

@@ -31,6 +31,7 @@ from bench.common import (
     percentiles_ms,
     reciprocal_rank,
     setup_logging,
+    warm_up,
 )
 from bench.synthetic import SCENARIOS, Fact, generate_facts, query_ids
 from bench.tiers_report import write_report
@@ -123,8 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
     results_dir = (args.results_dir or cfg.paths.results_dir) / "tiers"
     embedder = Embedder(cfg.embedder)
     reranker = build_reranker(cfg.tiers.rerank)
-    for _ in range(20):  # NOTE: warm torch's thread pool so the first mode's latencies are not inflated
-        embedder.encode(["warm-up query about Subsystem-1"], is_query=True)
+    warm_up(embedder)
     n_max = max(s.n for s in scens)
 
     runs = {s.name: [] for s in scens}
