@@ -70,6 +70,15 @@ class AssistantHost:
     def segment(self, segment_id: int) -> Segment:
         return self._segments[segment_id]
 
+    @property
+    def segment_ids(self) -> set[int]:
+        return set(self._segments)
+
+    def forget(self, turn_ids: Sequence[str]) -> int:
+        """Remove these turns' lines from every held segment; returns how many lines were removed."""
+        drop = set(turn_ids)
+        return sum(seg.drop_turns(drop) for seg in self._segments.values())
+
     def extract(self, pairs: Sequence[tuple[int, str]]) -> tuple[list[list[Evidence]], TokenBill]:
         """Evidence per (segment id, question) pair, in order, and the tokens it cost."""
         segments = [self._segments[sid] for sid, _ in pairs]

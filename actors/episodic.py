@@ -47,6 +47,30 @@ class Answer:
     master_bill: TokenBill = field(default_factory=TokenBill)
 
 
+def summary_request(segment: Segment, max_tokens: int) -> GenerationRequest:
+    """The small model's request for a segment's one-line summary (the router's global path)."""
+    return GenerationRequest(messages=[{"role": "user", "content": f"{segment.text}\n\n{SUMMARY_PROMPT}"}],
+                             max_tokens=max_tokens)
+
+
+def prompt_budget(max_model_len: int, answer_max_tokens: int) -> int:
+    """Tokens the master's evidence and question may take in one prompt."""
+    return max_model_len - answer_max_tokens - PROMPT_MARGIN_TOKENS
+
+
+def fit_evidence(evidence: Sequence[Evidence], question: str, budget: int,
+                 count: Callable[[str], int]) -> list[Evidence]:
+    """The longest prefix of ``evidence`` whose lines (and the question) fit ``budget`` tokens."""
+    left = budget - count(question)
+    out = []
+    for e in evidence:
+        left -= count(e.content) + LINE_OVERHEAD_TOKENS
+        if left < 0:
+            break
+        out.append(e)
+    return out
+
+
 def token_counter(engine: GenerationEngine) -> Callable[[str], int]:
     """Token count with the engine's tokenizer (the estimate of the segmenter when it has none)."""
     tokenizer = getattr(engine, "tokenizer", None)
@@ -74,18 +98,10 @@ class _System:
         ep = config.episodic
         self.master = Master(engine, max_tokens=ep.answer_max_tokens, not_mentioned=ep.not_mentioned)
         self.count = token_counter(engine)
-        self.budget = engine.max_model_len - ep.answer_max_tokens - PROMPT_MARGIN_TOKENS
+        self.budget = prompt_budget(engine.max_model_len, ep.answer_max_tokens)
 
     def fit(self, evidence: Sequence[Evidence], question: str) -> list[Evidence]:
-        """The longest prefix of ``evidence`` whose lines fit the prompt budget."""
-        left = self.budget - self.count(question)
-        out = []
-        for e in evidence:
-            left -= self.count(e.content) + LINE_OVERHEAD_TOKENS
-            if left < 0:
-                break
-            out.append(e)
-        return out
+        return fit_evidence(evidence, question, self.budget, self.count)
 
     def _answer(self, question: str, evidence: list[Evidence], category: int, adversarial: str | None,
                 routed: list[str], segments: int, assistant_bill: TokenBill | None = None) -> Answer:
@@ -116,8 +132,7 @@ class EpisodicMemory(_System):
 
     def summarise(self, segments: Sequence[Segment]) -> TokenBill:
         """One-line summaries for the router's global path, one engine batch."""
-        requests = [GenerationRequest(messages=[{"role": "user", "content": f"{seg.text}\n\n{SUMMARY_PROMPT}"}],
-                                      max_tokens=self.config.episodic.summary_max_tokens) for seg in segments]
+        requests = [summary_request(seg, self.config.episodic.summary_max_tokens) for seg in segments]
         results = self.engine.generate(requests)
         for seg, res in zip(segments, results, strict=True):
             seg.summary = res.text.strip()
@@ -130,10 +145,10 @@ class EpisodicMemory(_System):
         if self.direct_read:
             lines = [Evidence(t, line, ts, seg.id) for seg in routed_segments
                      for t, line, ts in zip(seg.turn_ids, seg.lines, seg.timestamps, strict=True)]
-            evidence, bill = self.fit(_dedupe(lines), question), TokenBill()
+            evidence, bill = self.fit(dedupe_evidence(lines), question), TokenBill()
         else:
             found, bill = self.host.extract([(a.segment_id, question) for a in activations])
-            kept = _dedupe([e for group in found for e in group])[: self.config.episodic.master_evidence]
+            kept = dedupe_evidence([e for group in found for e in group])[: self.config.episodic.master_evidence]
             evidence = self.fit(kept, question)
         return self._answer(question, evidence, category, adversarial, routed, len(activations), bill)
 
@@ -177,7 +192,7 @@ def _minmax(x: np.ndarray) -> np.ndarray:
     return (x - x.min()) / span if span > 0 else np.zeros_like(x, dtype=np.float64)
 
 
-def _dedupe(evidence: list[Evidence]) -> list[Evidence]:
+def dedupe_evidence(evidence: list[Evidence]) -> list[Evidence]:
     """Overlapping segments can yield the same turn twice: keep its first occurrence."""
     seen: set[str] = set()
     return [e for e in evidence if not (e.turn_id in seen or seen.add(e.turn_id))]

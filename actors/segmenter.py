@@ -123,6 +123,17 @@ class Segment:
     def end(self) -> datetime:
         return self.timestamps[-1]
 
+    def drop_turns(self, turn_ids: set[str]) -> int:
+        """Remove these turns in place (a deleted memory leaves its raw line too); returns how many."""
+        keep = [i for i, t in enumerate(self.turn_ids) if t not in turn_ids]
+        removed = len(self.turn_ids) - len(keep)
+        if removed:
+            for name in ("turn_ids", "lines", "timestamps", "token_counts"):
+                values = getattr(self, name)
+                setattr(self, name, [values[i] for i in keep])
+            self.overlap = sum(1 for i in keep if i < self.overlap)
+        return removed
+
     @property
     def new_turn_ids(self) -> list[str]:
         """Turn ids first seen in this segment (excluding the replayed overlap)."""
@@ -210,6 +221,14 @@ class Segmenter:
         seg = self._close()
         self._carry = []
         return seg
+
+    def forget(self, turn_ids: Iterable[str]) -> int:
+        """Remove turns from the open segment and the pending overlap; returns how many were removed."""
+        drop = set(turn_ids)
+        removed = self._open.drop_turns(drop) if self._open is not None else 0
+        before = len(self._carry)
+        self._carry = [c for c in self._carry if c.turn_id not in drop]
+        return removed + before - len(self._carry)
 
     # -- internals -------------------------------------------------------------------
     def _new_segment(self, carry: list[_Item]) -> Segment:

@@ -323,6 +323,37 @@ class AdmissionConfig(_Section):
         0.5, gt=0, lt=1, description="p_add at or above which a turn is stored when no trained threshold is saved."
     )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of initialisation and shuffling.")
+    mode: Literal["classifier", "store_all"] = Field(
+        "classifier",
+        description="The service's admission: 'classifier' (the trained heads; the service refuses to start without "
+        "them) or 'store_all' (every turn is admitted; its type comes from the keyword rule).",
+    )
+
+
+class ClusterConfig(_Section):
+    """The actor topology of the service on Ray (names, counts, placement, restarts)."""
+
+    namespace: str = Field("engram", min_length=1, description="Ray namespace of the named actors.")
+    tier_shards: int = Field(2, ge=1, le=4096, description="Tier-shard actors; a tenant lives on hash(tenant) % n.")
+    assistant_actors: int = Field(
+        2, ge=1, le=4096, description="Assistant actors; each hosts many segments (hash(tenant, segment) % n)."
+    )
+    router_shards: int = Field(1, ge=1, le=4096, description="Router actors; a tenant's router is hash(tenant) % n.")
+    actor_num_cpus: float = Field(
+        0.0, ge=0, le=256, description="CPUs each stateful actor reserves (0: share the node; they hold no model)."
+    )
+    max_restarts: int = Field(-1, ge=-1, description="Ray restarts of a crashed actor (-1: forever).")
+    placement: Literal["spread", "default"] = Field(
+        "spread", description="'spread': Ray's SPREAD strategy puts the actors on as many nodes as it can."
+    )
+    summaries: bool = Field(
+        True,
+        description="Write each closed segment's one-line summary (router's global path) in the background, "
+        "after the write is acknowledged.",
+    )
+    actor_call_timeout_s: float = Field(
+        60.0, gt=0, le=3600, description="Longest wait for one actor call before the request fails with 503."
+    )
 
 
 class EngramConfig(BaseSettings):
@@ -339,6 +370,7 @@ class EngramConfig(BaseSettings):
     episodic: EpisodicConfig = Field(default_factory=EpisodicConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     paths: PathsConfig = Field(default_factory=PathsConfig)
 
@@ -363,8 +395,24 @@ def profile_path(profile: str | Path) -> Path:
     return CONFIG_DIR / f"{profile}.yaml"
 
 
-def load_config(profile: str | Path | None = None) -> EngramConfig:
-    """Load ``configs/<profile>.yaml`` (default: ``$ENGRAM_PROFILE`` or ``cpu``) plus ``ENGRAM_*`` overrides."""
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` merged into a copy of ``base``, mappings recursively.
+
+    >>> deep_merge({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}})
+    {'a': {'b': 1, 'c': 3}}
+    """
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_config(profile: str | Path | None = None, overrides: dict[str, Any] | None = None) -> EngramConfig:
+    """Load ``configs/<profile>.yaml`` (default: ``$ENGRAM_PROFILE`` or ``cpu``), ``overrides`` merged over it
+    (same keys as the YAML), plus ``ENGRAM_*`` environment overrides (which win)."""
     profile = profile or os.environ.get("ENGRAM_PROFILE") or "cpu"
     path = profile_path(profile)
     if not path.is_file():
@@ -374,4 +422,4 @@ def load_config(profile: str | Path | None = None) -> EngramConfig:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: top level must be a mapping")
     data.setdefault("profile", path.stem)
-    return EngramConfig(**data)
+    return EngramConfig(**deep_merge(data, overrides or {}))

@@ -1,0 +1,93 @@
+"""Assistants of many tenants in one process: the core of an assistant actor.
+
+An actor hosts many assistants (one per segment) for many tenants — one process per assistant does not
+scale. Each tenant has its own :class:`AssistantHost`; all hosts share one engine, which in the cluster
+is the small-model pool deployment (every actor's requests meet there and are batched together).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from actors.assistant import AssistantHost, Evidence
+from actors.episodic import summary_request
+from actors.segmenter import Segment
+from serve.engine import GenerationEngine, TokenBill
+
+
+class TenantAssistants:
+    """``{tenant: AssistantHost}``: hold segments, extract evidence, write summaries, forget."""
+
+    def __init__(self, engine: GenerationEngine, *, evidence_per_segment: int = 5,
+                 summary_max_tokens: int = 48) -> None:
+        self.engine = engine
+        self.evidence_per_segment = evidence_per_segment
+        self.summary_max_tokens = summary_max_tokens
+        self._hosts: dict[str, AssistantHost] = {}
+
+    def ping(self) -> bool:
+        return True
+
+    def tenants(self) -> list[str]:
+        return sorted(self._hosts)
+
+    def _host(self, tenant: str, create: bool = False) -> AssistantHost | None:
+        host = self._hosts.get(tenant)
+        if host is None and create:
+            host = self._hosts[tenant] = AssistantHost(self.engine, evidence_per_segment=self.evidence_per_segment)
+        return host
+
+    def add(self, tenant: str, segments: Sequence[Segment]) -> int:
+        host = self._host(tenant, create=True)
+        host.add(segments)
+        return len(host)
+
+    def has(self, tenant: str, segment_id: int) -> bool:
+        host = self._host(tenant)
+        return host is not None and segment_id in host.segment_ids
+
+    def extract(self, tenant: str, pairs: Sequence[tuple[int, str]]) -> tuple[list[list[Evidence]], TokenBill]:
+        """Evidence per (segment id, question), in order; a segment this actor does not hold yields none."""
+        host = self._host(tenant)
+        held = [i for i, (sid, _) in enumerate(pairs) if host is not None and sid in host.segment_ids
+                and host.segment(sid).lines]
+        out: list[list[Evidence]] = [[] for _ in pairs]
+        if not held:
+            return out, TokenBill()
+        found, bill = host.extract([pairs[i] for i in held])
+        for i, evidence in zip(held, found, strict=True):
+            out[i] = evidence
+        return out, bill
+
+    def extract_from(self, segments: Sequence[Segment], question: str) -> tuple[list[list[Evidence]], TokenBill]:
+        """Evidence from segments passed by value (the open segment, which no actor holds yet)."""
+        segments = [s for s in segments if s.lines]
+        if not segments:
+            return [], TokenBill()
+        host = AssistantHost(self.engine, evidence_per_segment=self.evidence_per_segment)
+        host.add(segments)
+        return host.extract([(s.id, question) for s in segments])
+
+    def summarise(self, tenant: str, segment_ids: Sequence[int]) -> tuple[dict[int, str], TokenBill]:
+        """One-line summaries of held segments, one engine batch."""
+        host = self._host(tenant)
+        segs = [host.segment(i) for i in segment_ids if host is not None and i in host.segment_ids]
+        segs = [s for s in segs if s.lines]
+        if not segs:
+            return {}, TokenBill()
+        results = self.engine.generate([summary_request(s, self.summary_max_tokens) for s in segs])
+        out = {}
+        for seg, res in zip(segs, results, strict=True):
+            seg.summary = res.text.strip()
+            out[seg.id] = seg.summary
+        return out, TokenBill.of(results)
+
+    def forget(self, tenant: str, turn_ids: Sequence[str]) -> int:
+        """Remove turns from every held segment of the tenant; returns how many lines were removed."""
+        host = self._host(tenant)
+        return 0 if host is None else host.forget(turn_ids)
+
+    def drop_tenant(self, tenant: str) -> int:
+        """Forget every segment of ``tenant``; returns how many raw lines they held."""
+        host = self._hosts.pop(tenant, None)
+        return 0 if host is None else sum(len(host.segment(i).lines) for i in host.segment_ids)

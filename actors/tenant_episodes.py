@@ -1,0 +1,175 @@
+"""Episodic streams of many tenants in one process: the core of a router actor.
+
+Per tenant (``user_id``): a :class:`Segmenter` that cuts the admitted turns into overlapping segments,
+an :class:`EpisodicRouter` over the closed segments (summary / dense / BM25 paths), and the last few
+turn vectors of the stream (admitted or not) that the admission classifier reads as context.
+
+The router never embeds: the ingress embeds each turn's rendered line once and passes the vectors in;
+:class:`KnownVectors` hands them to the router when it indexes a segment's lines (``router.chunking``
+must be ``turn``), and the question's vector when it routes. The open (still filling) segment is not
+indexed; :meth:`TenantEpisodes.route` returns a copy of it so that its turns can be read too.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+
+from actors.episodic_router import Activation, EpisodicRouter
+from actors.segmenter import Segment, Segmenter, estimate_tokens, render_turn
+from cluster.config import EngramConfig
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One turn as the service keeps it (fits the segmenter's ``TurnLike``)."""
+
+    turn_id: str
+    speaker: str
+    text: str
+    date_time: str
+    timestamp: datetime
+
+    @property
+    def line(self) -> str:
+        return render_turn(self)
+
+
+class KnownVectors:
+    """An encoder that only returns vectors it was given (text -> unit vector)."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.known: dict[str, np.ndarray] = {}
+
+    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
+        missing = [t for t in texts if t not in self.known]
+        if missing:
+            raise KeyError(f"no vector was passed for {len(missing)} text(s), e.g. {missing[0][:80]!r}")
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([self.known[t] for t in texts]).astype(np.float32, copy=False)
+
+
+@dataclass
+class RouteResult:
+    activations: list[Activation]
+    segments: dict[int, tuple[datetime, datetime, list[str]]]  # id -> (start, end, turn ids)
+    open_segment: Segment | None = None
+
+
+@dataclass
+class _Stream:
+    segmenter: Segmenter
+    router: EpisodicRouter
+    encoder: KnownVectors
+    recent: deque = field(default_factory=deque)
+    meta: dict[int, tuple[datetime, datetime, list[str]]] = field(default_factory=dict)
+
+
+@contextmanager
+def _lent(encoder: KnownVectors, text: str, vector: np.ndarray) -> Iterator[None]:
+    """Make ``text -> vector`` known for one call, then restore what was there."""
+    before = encoder.known.get(text)
+    encoder.known[text] = np.asarray(vector, np.float32)
+    try:
+        yield
+    finally:
+        if before is None:
+            encoder.known.pop(text, None)
+        else:
+            encoder.known[text] = before
+
+
+class TenantEpisodes:
+    """``{tenant: stream}``: append turns, route questions, attach summaries, forget turns or tenants."""
+
+    def __init__(self, config: EngramConfig, dim: int, count_tokens: Callable[[str], int] | None = None) -> None:
+        if config.router.chunking != "turn":
+            raise ValueError("the service's router indexes turn lines (router.chunking must be 'turn')")
+        self.config = config
+        self.dim = dim
+        self.count_tokens = count_tokens or estimate_tokens
+        self._streams: dict[str, _Stream] = {}
+
+    def ping(self) -> bool:
+        return True
+
+    def tenants(self) -> list[str]:
+        return sorted(self._streams)
+
+    def _stream(self, tenant: str, create: bool = False) -> _Stream | None:
+        s = self._streams.get(tenant)
+        if s is None and create:
+            ep, encoder = self.config.episodic, KnownVectors(self.dim)
+            s = self._streams[tenant] = _Stream(
+                Segmenter(ep.segment_tokens, ep.overlap_ratio, self.count_tokens),
+                EpisodicRouter(encoder, self.config.router),
+                encoder,
+                deque(maxlen=max(self.config.admission.max_turns - 1, 1)),
+            )
+        return s
+
+    def context(self, tenant: str) -> list[np.ndarray]:
+        """Vectors of the stream's last ``admission.max_turns - 1`` turns, oldest first."""
+        s = self._stream(tenant)
+        return [] if s is None else list(s.recent)
+
+    def append(
+        self, tenant: str, turns: Sequence[TurnRecord], vectors: np.ndarray, admitted: Sequence[bool]
+    ) -> list[Segment]:
+        """Add a batch of turns in order; admitted ones enter the segments. Returns the segments closed."""
+        s = self._stream(tenant, create=True)
+        closed: list[Segment] = []
+        for turn, vec, keep in zip(turns, vectors, admitted, strict=True):
+            s.recent.append(np.asarray(vec, np.float32))
+            if keep:
+                s.encoder.known[turn.line] = np.asarray(vec, np.float32)
+                closed.extend(s.segmenter.add(turn))
+        if closed:
+            s.router.add(closed)
+            for seg in closed:
+                s.meta[seg.id] = (seg.start, seg.end, list(seg.turn_ids))
+            # NOTE: keep vectors only for lines a future segment can still hold: the open one and the carry
+            # (the carry is a tail of the last closed segment).
+            still = set(closed[-1].lines)
+            if (cur := s.segmenter.current()) is not None:
+                still.update(cur.lines)
+            s.encoder.known = {line: v for line, v in s.encoder.known.items() if line in still}
+        return closed
+
+    def route(self, tenant: str, question: str, vector: np.ndarray) -> RouteResult:
+        s = self._stream(tenant)
+        if s is None:
+            return RouteResult([], {})
+        with _lent(s.encoder, question, vector):
+            activations = s.router.route(question)
+        meta = {a.segment_id: s.meta[a.segment_id] for a in activations}
+        open_seg = s.segmenter.current() if self.config.router.include_newest else None
+        return RouteResult(activations, meta, open_seg if open_seg and open_seg.lines else None)
+
+    def set_summary(self, tenant: str, segment_id: int, summary: str, vector: np.ndarray) -> bool:
+        """Attach a segment's summary (router's global path); False if the tenant or segment is gone."""
+        s = self._stream(tenant)
+        if s is None or segment_id not in s.meta:
+            return False
+        with _lent(s.encoder, summary, vector):
+            s.router.set_summary(segment_id, summary)
+        return True
+
+    def forget(self, tenant: str, turn_ids: Sequence[str]) -> int:
+        """Drop turns from the open segment (closed ones live with the assistants); returns how many."""
+        s = self._stream(tenant)
+        return 0 if s is None else s.segmenter.forget(turn_ids)
+
+    def drop_tenant(self, tenant: str) -> int:
+        """Forget the tenant's stream; returns how many segments it had (the open one included)."""
+        s = self._streams.pop(tenant, None)
+        if s is None:
+            return 0
+        return len(s.router) + (1 if s.segmenter.current() is not None else 0)

@@ -1,0 +1,130 @@
+"""Tier memories of many tenants in one process: the core of a tier-shard actor.
+
+Each tenant (``user_id``) owns a separate :class:`TieredMemory` (its own L1/L2 HNSW shards), created on
+its first write, so no search can reach another tenant's items. The shard never runs a model: vectors
+arrive already embedded (the embedder deployment embeds once per turn for every consumer), which is
+why the memories are built over :class:`VectorsOnly`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from actors.tier import MemoryItem
+from actors.tiered_memory import Hit, TieredMemory
+from cluster.config import TierMemoryConfig
+
+
+class VectorsOnly:
+    """An encoder that has a dimension and refuses to embed (callers pass ``vectors=``)."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+
+    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
+        raise RuntimeError("tier shards do not embed; pass the vectors computed by the embedder")
+
+
+@dataclass
+class StoredMemory:
+    id: str
+    text: str
+    tier: str
+    importance: float
+    created_at: float
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, tier: str, item: MemoryItem) -> StoredMemory:
+        return cls(str(item.id), item.text, tier, float(item.importance), float(item.created_at or 0.0),
+                   dict(item.metadata or {}))
+
+
+@dataclass
+class AddReport:
+    stored: int
+    evicted: int  # left the last tier for good during this write
+
+
+class TenantTiers:
+    """``{tenant: TieredMemory}`` with tenant-scoped add / search / get / list / delete."""
+
+    def __init__(self, config: TierMemoryConfig, dim: int) -> None:
+        self.config = config
+        self.dim = dim
+        self._memories: dict[str, TieredMemory] = {}
+
+    def ping(self) -> bool:
+        return True
+
+    def tenants(self) -> list[str]:
+        return sorted(self._memories)
+
+    def _memory(self, tenant: str, create: bool = False) -> TieredMemory | None:
+        mem = self._memories.get(tenant)
+        if mem is None and create:
+            mem = self._memories[tenant] = TieredMemory(self.config, VectorsOnly(self.dim))
+        return mem
+
+    def add(
+        self,
+        tenant: str,
+        ids: Sequence[str],
+        texts: Sequence[str],
+        vectors: np.ndarray,
+        importance: Sequence[float],
+        metadata: Sequence[dict[str, Any]],
+    ) -> AddReport:
+        if not ids:
+            return AddReport(0, 0)
+        mem = self._memory(tenant, create=True)
+        pruned = mem.stats.pruned
+        mem.add(list(texts), ids=list(ids), importance=list(importance), vectors=np.asarray(vectors, np.float32),
+                metadata=list(metadata))
+        return AddReport(len(ids), mem.stats.pruned - pruned)
+
+    def search(self, tenant: str, query: str, vector: np.ndarray, k: int) -> list[Hit]:
+        mem = self._memory(tenant)
+        if mem is None or len(mem) == 0:
+            return []
+        return mem.retrieve(query, k, vector=np.asarray(vector, np.float32))
+
+    def get(self, tenant: str, memory_id: str) -> StoredMemory | None:
+        mem = self._memory(tenant)
+        found = mem.get(memory_id) if mem is not None else None
+        return None if found is None else StoredMemory.of(*found)
+
+    def list(self, tenant: str, offset: int = 0, limit: int = 50) -> tuple[list[StoredMemory], int]:
+        """A page of the tenant's memories (L1 then L2, oldest first within a tier) and the total."""
+        mem = self._memory(tenant)
+        if mem is None:
+            return [], 0
+        total = len(mem)
+        out: list[StoredMemory] = []
+        skip = offset
+        for tier in mem.tiers:
+            if skip >= len(tier):
+                skip -= len(tier)
+                continue
+            items = tier.items()[skip:]
+            skip = 0
+            out.extend(StoredMemory.of(tier.name, it) for it in items[: limit - len(out)])
+            if len(out) >= limit:
+                break
+        return out, total
+
+    def delete(self, tenant: str, ids: Sequence[str]) -> int:
+        mem = self._memory(tenant)
+        return 0 if mem is None else mem.delete(list(ids))
+
+    def drop_tenant(self, tenant: str) -> int:
+        """Forget everything of ``tenant``; returns how many memories it had."""
+        mem = self._memories.pop(tenant, None)
+        return 0 if mem is None else len(mem)
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        return {t: {"items": len(m), **vars(m.stats)} for t, m in self._memories.items()}

@@ -1,0 +1,65 @@
+"""``build_app(args) -> Application``: the whole service as one Serve application.
+
+Named in Serve config files as ``import_path: serve.app:build_app`` (configs/serve-cpu.yaml,
+configs/serve-gpu.yaml); ``args`` validates as :class:`serve.args.AppArgs`. The config tree is loaded
+once here and handed to every deployment as plain data.
+
+Deployments: ``MemoryAPI`` (FastAPI ingress) -> ``Embedder``, ``Admission`` (when
+``admission.mode == 'classifier'``), ``Master`` -> ``LLMPool``; the stateful actors (tier shards,
+routers, assistants) are created by the ingress on first use (``cluster.topology``) and call
+``LLMPool`` too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ray import serve
+from ray.serve import Application
+
+from cluster.config import EngramConfig, load_config
+from serve.args import AppArgs, DeploymentArgs
+from serve.deployments import AdmissionService, EmbedderService, MasterService
+from serve.ingress import MemoryAPI, app
+from serve.pool import LLM_POOL, LLMPool
+
+APP_NAME = "engram"
+
+
+def _options(d: DeploymentArgs) -> dict[str, Any]:
+    return {
+        "num_replicas": d.num_replicas,
+        "max_ongoing_requests": d.max_ongoing_requests,
+        "ray_actor_options": {"num_cpus": d.num_cpus, "num_gpus": d.num_gpus},
+    }
+
+
+def check_ready(config: EngramConfig) -> None:
+    """Fail fast, before any replica starts, on what would only fail later inside one."""
+    if config.admission.mode == "classifier":
+        from actors.admission import SETTINGS_FILE, TRAIN_COMMAND, WEIGHTS_FILE
+
+        weights = Path(config.paths.cache_dir) / "admission"
+        if not (weights / WEIGHTS_FILE).is_file() or not (weights / SETTINGS_FILE).is_file():
+            raise FileNotFoundError(
+                f"admission.mode is 'classifier' but no trained weights are in {weights}; train them with "
+                f"`{TRAIN_COMMAND}` (~7 min on 2 CPU cores) or set admission.mode: store_all"
+            )
+
+
+def build_app(args: AppArgs | dict[str, Any], app_name: str = APP_NAME) -> Application:
+    args = AppArgs.model_validate(args)
+    config = load_config(args.profile, args.config)
+    check_ready(config)
+    data = config.model_dump(mode="json")
+    llm = serve.deployment(LLMPool, name=LLM_POOL, **_options(args.llm)).bind(data["engine"])
+    embedder = serve.deployment(EmbedderService, name="Embedder", **_options(args.embedder)).bind(data)
+    master = serve.deployment(MasterService, name="Master", **_options(args.master)).bind(data, app_name)
+    admission = None
+    if config.admission.mode == "classifier":
+        admission = serve.deployment(AdmissionService, name="Admission", **_options(args.admission)).bind(data)
+    ingress = serve.deployment(serve.ingress(app)(MemoryAPI), name="MemoryAPI", **_options(args.ingress))
+    # NOTE: LLMPool is bound into the graph through the ingress so that Serve deploys it; assistants and the
+    # master reach it by name (serve.get_deployment_handle), since actors are not part of the graph.
+    return ingress.bind(data, embedder, master, admission, app_name, llm)

@@ -1,0 +1,85 @@
+"""Model-facing deployment classes: embedder, admission classifier, master. No decorators here;
+``serve.app.build_app`` wraps them with ``serve.deployment``. Each loads its model once per replica."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from ray import serve
+
+from actors.admission import Decision
+from actors.assistant import Evidence
+from actors.episodic import fit_evidence, prompt_budget
+from cluster.config import EngramConfig
+from serve.master import Master, MasterAnswer
+from serve.pool import PoolEngine, TokenizerCounter
+
+
+class EmbedderService:
+    """Sentence embeddings; concurrent calls are merged into one forward pass (``serve.batch``)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        from serve.embedder import Embedder
+
+        self.embedder = Embedder(EngramConfig.model_validate(config).embedder)
+
+    def dim(self) -> int:
+        return self.embedder.dim
+
+    async def encode(self, texts: list[str], is_query: bool = False) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.embedder.dim), dtype=np.float32)
+        return await self._batched((tuple(texts), is_query))
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.002)
+    async def _batched(self, items: list[tuple[tuple[str, ...], bool]]) -> list[np.ndarray]:
+        out: list[np.ndarray | None] = [None] * len(items)
+        for flag in (False, True):
+            idx = [i for i, (_, q) in enumerate(items) if q == flag]
+            if not idx:
+                continue
+            flat = [t for i in idx for t in items[i][0]]
+            vecs = await asyncio.to_thread(self.embedder.encode, flat, is_query=flag)
+            start = 0
+            for i in idx:
+                n = len(items[i][0])
+                out[i] = vecs[start : start + n]
+                start += n
+        return out
+
+
+class AdmissionService:
+    """The trained admission classifier (``python -m cluster.train_admission`` writes its weights)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        from actors.admission import AdmissionClassifier
+
+        cfg = EngramConfig.model_validate(config)
+        self.classifier = AdmissionClassifier.load(Path(cfg.paths.cache_dir) / "admission", device=cfg.admission.device)
+
+    async def classify(self, chunks: list[np.ndarray]) -> list[Decision]:
+        return await asyncio.to_thread(self.classifier.classify, chunks)
+
+
+class MasterService:
+    """Answers from gathered evidence with the pool model, cut to the model's window."""
+
+    def __init__(self, config: dict[str, Any], app_name: str) -> None:
+        cfg = EngramConfig.model_validate(config)
+        ep = cfg.episodic
+        engine = PoolEngine.for_config(cfg.engine, app_name)
+        self.master = Master(engine, max_tokens=ep.answer_max_tokens, not_mentioned=ep.not_mentioned)
+        self.budget = prompt_budget(engine.max_model_len, ep.answer_max_tokens)
+        self.count = TokenizerCounter(cfg.engine)
+        self.max_evidence = ep.master_evidence
+
+    async def answer(self, question: str, evidence: Sequence[Evidence], category: int | None = None) -> MasterAnswer:
+        return await asyncio.to_thread(self._answer, question, list(evidence), category)
+
+    def _answer(self, question: str, evidence: list[Evidence], category: int | None) -> MasterAnswer:
+        kept = fit_evidence(evidence[: self.max_evidence], question, self.budget, self.count)
+        return self.master.answer(question, kept, category)

@@ -1,0 +1,301 @@
+"""The HTTP API (FastAPI behind Ray Serve): ``MemoryAPI`` wires requests to deployments and actors.
+
+Write path (``POST /v1/turns``): embed each turn's rendered line once -> admission (classifier on the
+turn and up to 4 turns before it, or store-all) -> admitted turns into the tenant's tier shard (L1/L2)
+and its episodic stream (router actor) -> segments that close go to their assistant actors -> the
+write is acknowledged; segment summaries are written afterwards in the background.
+Read paths: ``/v1/search`` (tier memories + routed segments, no model call besides the query's
+embedding) and ``/v1/ask`` (route -> assistants extract verbatim evidence from their segments in
+parallel -> the master answers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, Query, Request, Response
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from actors.admission import Decision, content_type_rule
+from actors.assistant import Evidence
+from actors.episodic import dedupe_evidence
+from actors.tenant_episodes import RouteResult, TurnRecord
+from cluster.config import EngramConfig
+from cluster.errors import ConflictError, NotFoundError, UnavailableError
+from cluster.topology import Topology
+from serve import schemas as s
+from serve.engine import TokenBill
+from serve.errors import install_error_handlers
+from serve.metrics import Metrics
+
+log = logging.getLogger(__name__)
+VERSION = "0.1.0"
+
+app = FastAPI(
+    title="Engram Cluster",
+    version=VERSION,
+    description="Long-term memory for LLM agents: admission, tiered HNSW memory, episodic recall.",
+    responses={422: {"model": s.ErrorBody}, 503: {"model": s.ErrorBody}},
+)
+install_error_handlers(app)
+METRICS = Metrics()
+
+
+@app.middleware("http")
+async def _observe(request: Request, call_next: Any) -> Response:
+    start = time.perf_counter()
+    response = await call_next(request)
+    route = getattr(request.scope.get("route"), "path", "unmatched")
+    METRICS.requests.labels(route, str(response.status_code)).inc()
+    METRICS.latency.labels(route).observe(time.perf_counter() - start)
+    return response
+
+
+def format_date_time(ts: datetime) -> str:
+    """LoCoMo's style: ``format_date_time(datetime(2023, 5, 8, 13, 56)) == '1:56 pm on 8 May, 2023'``."""
+    hour = ts.hour % 12 or 12
+    return f"{hour}:{ts.minute:02d} {'am' if ts.hour < 12 else 'pm'} on {ts.day} {ts.strftime('%B')}, {ts.year}"
+
+
+def _bill(b: TokenBill) -> s.TokenCount:
+    return s.TokenCount(prompt=b.prompt_tokens, completion=b.completion_tokens, total=b.total_tokens)
+
+
+def _segment_hits(route: RouteResult) -> list[s.SegmentHit]:
+    out = []
+    for a in route.activations:
+        start, end, turn_ids = route.segments[a.segment_id]
+        out.append(s.SegmentHit(segment_id=a.segment_id, paths=sorted(a.paths) or ["newest"], score=a.score,
+                                start=start, end=end, turn_ids=turn_ids))
+    if route.open_segment is not None:
+        seg = route.open_segment
+        out.append(s.SegmentHit(segment_id=seg.id, paths=["open"], score=0.0, start=seg.start, end=seg.end,
+                                turn_ids=list(seg.turn_ids)))
+    return out
+
+
+class MemoryAPI:
+    """The ingress deployment's class (``serve.app.build_app`` wraps it with ``serve.ingress(app)``)."""
+
+    def __init__(self, config: dict[str, Any], embedder: Any, master: Any, admission: Any | None,
+                 app_name: str = "engram", llm: Any = None) -> None:
+        self.config = EngramConfig.model_validate(config)
+        self.embedder, self.master, self.admission, self.llm = embedder, master, admission, llm
+        self.app_name = app_name
+        self.timeout = self.config.cluster.actor_call_timeout_s
+        self._topology: Topology | None = None
+        self._lock = asyncio.Lock()
+        self._background: set[asyncio.Task] = set()
+
+    # -- plumbing ----------------------------------------------------------------------------
+    async def topology(self) -> Topology:
+        async with self._lock:
+            if self._topology is None:
+                dim = await self.embedder.dim.remote()
+                self._topology = Topology.start(self.config, dim=dim, app_name=self.app_name)
+        return self._topology
+
+    async def _call(self, ref: Any, what: str) -> Any:
+        try:
+            return await asyncio.wait_for(ref, self.timeout)
+        except (RayActorError, GetTimeoutError, TimeoutError) as e:
+            raise UnavailableError(f"{what} did not answer ({type(e).__name__}); retry the request",
+                                   code="actor_unavailable") from e
+
+    async def _embed(self, texts: list[str], is_query: bool = False) -> np.ndarray:
+        return await self.embedder.encode.remote(texts, is_query)
+
+    # -- writes ------------------------------------------------------------------------------
+    @app.post("/v1/turns", response_model=s.AddTurnsResponse, summary="Add turns (admission decides what is kept)")
+    async def add_turns(self, req: s.AddTurnsRequest) -> s.AddTurnsResponse:
+        tenant, now = req.user_id, datetime.now(UTC)
+        turns = []
+        for t in req.turns:
+            ts = t.timestamp or now
+            turns.append(TurnRecord(t.id or uuid.uuid4().hex, t.speaker, t.text, t.date_time or format_date_time(ts),
+                                    ts))
+        ids = [t.turn_id for t in turns]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise ConflictError(f"turn id {dup!r} appears twice in one batch", param="turns", code="duplicate_id")
+        topo = await self.topology()
+        router = topo.router_for(tenant)
+        vectors = await self._embed([t.line for t in turns])
+        decisions = await self._admit(tenant, router, turns, vectors)
+        admitted = [d.op == "ADD" for d in decisions]
+        keep = [i for i, a in enumerate(admitted) if a]
+        meta = [{"speaker": turns[i].speaker, "timestamp": turns[i].timestamp.isoformat(),
+                 "date_time": turns[i].date_time, "type": decisions[i].content_type,
+                 "agent_id": req.agent_id, "session_id": req.session_id} for i in keep]
+        report = await self._call(topo.tier_for(tenant).add.remote(
+            tenant, [ids[i] for i in keep], [turns[i].text for i in keep], vectors[keep],
+            [d.p_add if d.p_add is not None else 0.5 for d in (decisions[i] for i in keep)], meta), "tier shard")
+        closed = await self._call(router.append.remote(tenant, turns, vectors, admitted), "router")
+        if closed:
+            groups: dict[int, list] = defaultdict(list)
+            for seg in closed:
+                groups[topo.assistant_index(tenant, seg.id)].append(seg)
+            await asyncio.gather(*(self._call(topo.assistants[i].add.remote(tenant, segs), "assistant actor")
+                                   for i, segs in groups.items()))
+            if self.config.cluster.summaries:
+                self._spawn(self._summarise(tenant, groups))
+        for d, a in zip(decisions, admitted, strict=True):
+            METRICS.admissions.labels("ADD" if a else "NOOP", d.content_type).inc()
+        METRICS.evictions.inc(report.evicted)
+        METRICS.segments.inc(len(closed))
+        return s.AddTurnsResponse(
+            user_id=tenant,
+            results=[s.TurnResult(id=ids[i], admitted=admitted[i], type=d.content_type, p_add=d.p_add)
+                     for i, d in enumerate(decisions)],
+            admitted=len(keep), segments_closed=len(closed), evicted=report.evicted,
+        )
+
+    async def _admit(self, tenant: str, router: Any, turns: list[TurnRecord], vectors: np.ndarray) -> list[Decision]:
+        if self.admission is None:  # admission.mode == store_all
+            return [Decision("ADD", content_type_rule(t.text), None) for t in turns]
+        context = await self._call(router.context.remote(tenant), "router")
+        stream = [*context, *vectors]
+        n, width = len(context), self.config.admission.max_turns
+        chunks = [np.stack(stream[max(0, n + i + 1 - width) : n + i + 1]) for i in range(len(turns))]
+        return await self.admission.classify.remote(chunks)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _summarise(self, tenant: str, groups: dict[int, list]) -> None:
+        """Summaries of closed segments for the router's global path (after the write is acknowledged)."""
+        topo = await self.topology()
+        try:
+            for i, segs in groups.items():
+                summaries, bill = await topo.assistants[i].summarise.remote(tenant, [g.id for g in segs])
+                METRICS.tokens.labels("summary", "prompt").inc(bill.prompt_tokens)
+                METRICS.tokens.labels("summary", "completion").inc(bill.completion_tokens)
+                if summaries:
+                    texts = list(summaries.values())
+                    vecs = await self._embed(texts)
+                    router = topo.router_for(tenant)
+                    await asyncio.gather(*(router.set_summary.remote(tenant, sid, text, v)
+                                           for (sid, text), v in zip(summaries.items(), vecs, strict=True)))
+        except Exception:  # NOTE: a lost summary only weakens the global path; the segment stays routable
+            log.exception("summaries for %s failed", tenant)
+
+    # -- reads -------------------------------------------------------------------------------
+    @app.post("/v1/search", response_model=s.SearchResponse, summary="Memories and segments for a query")
+    async def search(self, req: s.SearchRequest) -> s.SearchResponse:
+        topo = await self.topology()
+        q = (await self._embed([req.query], is_query=True))[0]
+        hits, route = await asyncio.gather(
+            self._call(topo.tier_for(req.user_id).search.remote(req.user_id, req.query, q, req.k), "tier shard"),
+            self._call(topo.router_for(req.user_id).route.remote(req.user_id, req.query, q), "router"),
+        )
+        memories = [s.MemoryHit(id=str(h.id), text=h.text, score=h.score, similarity=h.similarity, tier=h.tier,
+                                path="l1" if h.tier == "l1" else "gate", importance=h.importance,
+                                metadata=h.metadata or {}) for h in hits]
+        return s.SearchResponse(user_id=req.user_id, memories=memories, segments=_segment_hits(route))
+
+    @app.post("/v1/ask", response_model=s.AskResponse, summary="Answer a question from episodic evidence")
+    async def ask(self, req: s.AskRequest) -> s.AskResponse:
+        topo = await self.topology()
+        tenant = req.user_id
+        q = (await self._embed([req.question], is_query=True))[0]
+        route: RouteResult = await self._call(topo.router_for(tenant).route.remote(tenant, req.question, q), "router")
+        groups: dict[int, list[int]] = defaultdict(list)
+        for rank, a in enumerate(route.activations):
+            groups[topo.assistant_index(tenant, a.segment_id)].append(rank)
+        calls = [self._call(topo.assistants[i].extract.remote(
+            tenant, [(route.activations[r].segment_id, req.question) for r in ranks]), "assistant actor")
+            for i, ranks in groups.items()]
+        if route.open_segment is not None:
+            i = topo.assistant_index(tenant, route.open_segment.id)
+            calls.append(self._call(topo.assistants[i].extract_from.remote([route.open_segment], req.question),
+                                    "assistant actor"))
+        results = await asyncio.gather(*calls)
+        by_rank: dict[int, list[Evidence]] = {}
+        bill = TokenBill()
+        for (_, ranks), (found, b) in zip(groups.items(), results, strict=False):
+            by_rank.update(zip(ranks, found, strict=True))
+            bill += b
+        evidence = [e for r in sorted(by_rank) for e in by_rank[r]]
+        if route.open_segment is not None:
+            found, b = results[-1]
+            evidence += [e for group in found for e in group]
+            bill += b
+        answer = await self.master.answer.remote(req.question, dedupe_evidence(evidence), req.category)
+        for role, b in (("assistants", bill), ("master", answer.bill)):
+            METRICS.tokens.labels(role, "prompt").inc(b.prompt_tokens)
+            METRICS.tokens.labels(role, "completion").inc(b.completion_tokens)
+        return s.AskResponse(
+            user_id=tenant, answer=answer.text,
+            evidence=[s.EvidenceOut(turn_id=e.turn_id, content=e.content, timestamp=e.timestamp,
+                                    segment_id=e.segment_id) for e in answer.evidence],
+            segments=_segment_hits(route),
+            tokens=s.TokenBillOut(assistants=_bill(bill), master=_bill(answer.bill),
+                                  total=bill.total_tokens + answer.bill.total_tokens),
+        )
+
+    # -- memories ----------------------------------------------------------------------------
+    @app.get("/v1/memories", response_model=s.MemoryList, summary="List a user's memories")
+    async def list_memories(self, user_id: s.Identifier, offset: int = Query(0, ge=0, le=10_000_000),
+                            limit: int = Query(50, ge=1, le=1000)) -> s.MemoryList:
+        topo = await self.topology()
+        items, total = await self._call(topo.tier_for(user_id).list.remote(user_id, offset, limit), "tier shard")
+        return s.MemoryList(user_id=user_id, memories=[_memory(m) for m in items], total=total, offset=offset,
+                            limit=limit)
+
+    @app.get("/v1/memories/{memory_id:path}", response_model=s.Memory, summary="One memory",
+             responses={404: {"model": s.ErrorBody}})
+    async def get_memory(self, memory_id: str, user_id: s.Identifier) -> s.Memory:
+        topo = await self.topology()
+        m = await self._call(topo.tier_for(user_id).get.remote(user_id, memory_id), "tier shard")
+        if m is None:
+            raise NotFoundError(f"memory {memory_id!r} not found for user {user_id!r}", param="memory_id")
+        return _memory(m)
+
+    @app.delete("/v1/memories/{memory_id:path}", response_model=s.Deleted, summary="Delete one memory",
+                responses={404: {"model": s.ErrorBody}})
+    async def delete_memory(self, memory_id: str, user_id: s.Identifier) -> s.Deleted:
+        topo = await self.topology()
+        n = await self._call(topo.tier_for(user_id).delete.remote(user_id, [memory_id]), "tier shard")
+        lines = await asyncio.gather(
+            self._call(topo.router_for(user_id).forget.remote(user_id, [memory_id]), "router"),
+            *(self._call(a.forget.remote(user_id, [memory_id]), "assistant actor") for a in topo.assistants))
+        if n == 0 and not any(lines):
+            raise NotFoundError(f"memory {memory_id!r} not found for user {user_id!r}", param="memory_id")
+        return s.Deleted(user_id=user_id, memories=n, turns=int(sum(lines)))
+
+    @app.delete("/v1/users/{user_id:path}", response_model=s.Deleted, summary="Delete everything of a user")
+    async def delete_user(self, user_id: s.Identifier) -> s.Deleted:
+        topo = await self.topology()
+        tiers = await asyncio.gather(*(self._call(a.drop_tenant.remote(user_id), "tier shard") for a in topo.tiers))
+        lines = await asyncio.gather(*(self._call(a.drop_tenant.remote(user_id), "assistant actor")
+                                       for a in topo.assistants))
+        await asyncio.gather(*(self._call(a.drop_tenant.remote(user_id), "router") for a in topo.routers))
+        return s.Deleted(user_id=user_id, memories=int(sum(tiers)), turns=int(sum(lines)))
+
+    # -- operations --------------------------------------------------------------------------
+    @app.get("/v1/health", response_model=s.Health, summary="Liveness of every actor")
+    async def health(self) -> s.Health:
+        topo = await self.topology()
+        names = list(topo.all())
+        pings = await asyncio.gather(*(asyncio.wait_for(a.ping.remote(), 5.0) for a in topo.all().values()),
+                                     return_exceptions=True)
+        alive = {n: p is True for n, p in zip(names, pings, strict=True)}
+        return s.Health(status="ok" if all(alive.values()) else "degraded", actors=alive, version=VERSION)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics(self) -> Response:
+        return Response(METRICS.render(), media_type="text/plain; version=0.0.4")
+
+
+def _memory(m: Any) -> s.Memory:
+    return s.Memory(id=m.id, text=m.text, tier=m.tier, importance=m.importance, type=m.metadata.get("type"),
+                    created_at=m.created_at, metadata=m.metadata)

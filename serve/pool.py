@@ -1,0 +1,124 @@
+"""The small-model pool: one engine per replica that every assistant actor and the master call.
+
+``LLMPool`` (the deployment's class) gathers the requests of concurrent callers with ``serve.batch`` and
+runs them as one engine batch, so many activated assistants on many actors share one forward pass.
+``PoolEngine`` is the :class:`~serve.engine.GenerationEngine` that callers hold: it forwards to the pool's
+deployment handle (looked up lazily, so the object pickles into actors). ``TokenizerCounter`` counts
+tokens with the pool model's tokenizer without loading the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from ray import serve
+
+from serve.engine import GenerationRequest, GenerationResult, build_engine
+from serve.engine_config import EngineConfig
+
+LLM_POOL = "LLMPool"
+
+
+class _Failed:
+    """A group's error, carried through ``serve.batch`` and raised to that caller only."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+class LLMPool:
+    def __init__(self, engine: dict[str, Any]) -> None:
+        self.config = EngineConfig.model_validate(engine)
+        self.engine = build_engine(self.config)
+
+    def info(self) -> dict[str, Any]:
+        return {"model": self.config.model, "backend": self.config.backend,
+                "max_model_len": self.engine.max_model_len,
+                "supports_regex": bool(getattr(self.engine, "supports_regex", False))}
+
+    async def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        out = await self._batched(list(requests))
+        if isinstance(out, _Failed):
+            raise out.error
+        return out
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)
+    async def _batched(self, groups: list[list[GenerationRequest]]) -> list[list[GenerationResult] | _Failed]:
+        flat = [r for g in groups for r in g]
+        try:
+            results = await asyncio.to_thread(self.engine.generate, flat)
+        except (ValueError, NotImplementedError):
+            # NOTE: the engine refuses a bad request before running anything; run the groups one by one so
+            # that only the caller who sent it gets the error.
+            return [await self._alone(g) for g in groups]
+        out, start = [], 0
+        for g in groups:
+            out.append(results[start : start + len(g)])
+            start += len(g)
+        return out
+
+    async def _alone(self, group: list[GenerationRequest]) -> list[GenerationResult] | _Failed:
+        try:
+            return await asyncio.to_thread(self.engine.generate, group)
+        except (ValueError, NotImplementedError) as e:
+            return _Failed(e)
+
+    def __del__(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.close()
+
+
+class PoolEngine:
+    """A ``GenerationEngine`` that runs on the pool deployment (blocking; call it outside an event loop)."""
+
+    def __init__(self, app_name: str, *, max_model_len: int, supports_regex: bool,
+                 deployment: str = LLM_POOL) -> None:
+        self.app_name, self.deployment = app_name, deployment
+        self.max_model_len = max_model_len
+        self.supports_regex = supports_regex
+        self._handle: Any = None
+
+    @classmethod
+    def for_config(cls, config: EngineConfig, app_name: str) -> PoolEngine:
+        """The pool of ``app_name`` as the engine ``config`` describes it (vLLM honours regex constraints)."""
+        return cls(app_name, max_model_len=config.max_model_len, supports_regex=config.backend == "vllm")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_handle": None}
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        if not requests:
+            return []
+        if self._handle is None:
+            self._handle = serve.get_deployment_handle(self.deployment, app_name=self.app_name)
+        return self._handle.generate.remote(list(requests)).result()
+
+    def close(self) -> None:
+        self._handle = None
+
+
+class TokenizerCounter:
+    """Exact token counts with the engine model's tokenizer, loaded on first use (picklable)."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.model, self.cache_dir = config.model, config.cache_dir
+        self._count: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_count": None}
+
+    def __call__(self, text: str) -> int:
+        if self._count is None:
+            from transformers import AutoTokenizer
+
+            from cluster.smollm import resolve_model
+
+            tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.model, self.cache_dir))
+            self._count = functools.lru_cache(maxsize=1 << 16)(
+                lambda t: len(tokenizer(t, add_special_tokens=False).input_ids)
+            )
+        return self._count(text)
