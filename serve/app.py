@@ -31,7 +31,7 @@ def _options(d: DeploymentArgs) -> dict[str, Any]:
     return {
         "num_replicas": d.num_replicas,
         "max_ongoing_requests": d.max_ongoing_requests,
-        "ray_actor_options": {"num_cpus": d.num_cpus, "num_gpus": d.num_gpus},
+        "ray_actor_options": {"num_cpus": d.num_cpus, "num_gpus": d.num_gpus, "resources": dict(d.resources)},
     }
 
 

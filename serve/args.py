@@ -16,6 +16,9 @@ class DeploymentArgs(BaseModel):
     num_cpus: float = Field(0.0, ge=0, le=1024, description="CPUs each replica reserves (0: share the node).")
     num_gpus: float = Field(0.0, ge=0, le=64, description="GPUs each replica reserves (fractions share a GPU).")
     max_ongoing_requests: int = Field(64, ge=1, le=100_000, description="Requests a replica takes at once.")
+    resources: dict[str, float] = Field(
+        default_factory=dict, description="Custom Ray resources a replica needs (e.g. to keep it on the head node)."
+    )
 
 
 class AppArgs(BaseModel):

@@ -1,0 +1,7 @@
+# The image of k8s/rayservice.yaml and k8s/raycluster.yaml: Ray's GPU image plus this project's GPU stack.
+# Its tag starts with the Ray version (KubeRay's rayVersion). From the repository root:
+#   docker build -f docker/gpu.Dockerfile -t <registry>/engram-cluster:2.60.0-py311-gpu .
+FROM rayproject/ray:2.60.0-py311-gpu
+COPY --chown=ray:users . /home/ray/engram
+WORKDIR /home/ray/engram
+RUN bash install-gpu.sh

@@ -1,0 +1,119 @@
+"""One Ray cluster for the integration tests: a head node and a worker node on this machine, both
+started with ``ray start`` (inside the loopback namespace), and the whole service on Serve.
+
+The Serve replicas need the custom resource ``engram_head`` so that they stay on the head node; the
+stateful actors are spread over both nodes (``cluster.placement: spread``). The worker node runs in
+its own process group so that ``test_worker_loss`` can kill it by its own process ids.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+RAY = str(Path(sys.executable).with_name("ray"))
+NAMESPACE = "engram-test"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def service_args(namespace: str = NAMESPACE) -> dict:
+    """The service as the tests run it: transformers engine (starts in seconds), store-all admission,
+    short segments so that a few dozen turns close several of them."""
+    on_head = {"resources": {"engram_head": 1}}
+    return {
+        "profile": "cpu",
+        "config": {
+            "engine": {"backend": "transformers", "max_model_len": 2048},
+            "admission": {"mode": "store_all"},
+            "episodic": {"segment_tokens": 160, "evidence_per_segment": 3},
+            "cluster": {"namespace": namespace, "tier_shards": 2, "assistant_actors": 2, "router_shards": 1,
+                        "actor_call_timeout_s": 120},
+            "tiers": {"l1": {"capacity": 20}, "l2": {"capacity": 200}},
+        },
+        **{name: on_head for name in ("ingress", "embedder", "admission", "llm", "master")},
+    }
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.worker: subprocess.Popen | None = None
+        self.env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
+
+    def start_head(self) -> None:
+        subprocess.run([RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={self.port}",
+                        "--num-cpus=2", '--resources={"engram_head": 1000}', "--include-dashboard=false",
+                        "--disable-usage-stats"], check=True, env=self.env, capture_output=True)
+
+    def start_worker(self) -> None:
+        self.worker = subprocess.Popen(
+            [RAY, "start", f"--address={self.address}", "--node-ip-address=127.0.0.1", "--num-cpus=1", "--block",
+             "--disable-usage-stats"],
+            env=self.env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    def kill_worker(self) -> None:
+        """SIGKILL the worker node's whole process group (its raylet, workers and actors)."""
+        if self.worker is not None and self.worker.poll() is None:
+            os.killpg(self.worker.pid, signal.SIGKILL)
+            self.worker.wait(timeout=30)
+
+    def stop(self) -> None:
+        self.kill_worker()
+        subprocess.run([RAY, "stop", "--force"], env=self.env, capture_output=True)
+
+
+def alive_nodes() -> list[dict]:
+    import ray
+
+    return [n for n in ray.nodes() if n["Alive"]]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    if shutil.which(RAY) is None:
+        pytest.fail(f"{RAY} not found: install the project first (bash install.sh)")
+    import ray
+
+    cluster = Cluster()
+    cluster.start_head()
+    cluster.start_worker()
+    try:
+        ray.init(address=cluster.address, namespace="test", include_dashboard=False, log_to_driver=False)
+        deadline = time.time() + 60
+        while len(alive_nodes()) < 2:
+            if time.time() > deadline:
+                pytest.fail("the worker node did not join within 60 s")
+            time.sleep(0.5)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def service(ray_cluster):
+    """The whole service on Serve; yields its base URL."""
+    from ray import serve
+
+    from serve.app import build_app
+
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
+    serve.run(build_app(service_args()), name="engram", route_prefix="/")
+    yield f"http://127.0.0.1:{port}"
+    serve.shutdown()

@@ -1,0 +1,171 @@
+"""The whole service end to end over HTTP on a real local Ray + Serve (two nodes, see conftest)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from bench.locomo_data import load_locomo
+from cluster.config import load_config
+from tests.integration.conftest import NAMESPACE, service_args
+
+USER = "conv-26"
+TURNS = 40
+
+
+@pytest.fixture(scope="module")
+def client(service):
+    with httpx.Client(base_url=service, timeout=300) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def conversation():
+    convs = {c.sample_id: c for c in load_locomo(load_config().data.locomo_path)}
+    return convs[USER].turns[:TURNS]
+
+
+@pytest.fixture(scope="module")
+def ingested(client, conversation):
+    """The first 40 turns of a LoCoMo train conversation, posted in batches of 16."""
+    results = []
+    for start in range(0, len(conversation), 16):
+        batch = conversation[start : start + 16]
+        body = {"user_id": USER, "session_id": "s1", "turns": [
+            {"id": t.dia_id, "speaker": t.speaker, "text": t.text, "timestamp": t.timestamp.isoformat(),
+             "date_time": t.date_time} for t in batch]}
+        r = client.post("/v1/turns", json=body)
+        assert r.status_code == 200, r.text
+        results.append(r.json())
+    return results
+
+
+def error_of(r: httpx.Response) -> dict:
+    body = r.json()
+    assert set(body) == {"error"} and {"message", "type", "param", "code"} <= set(body["error"]), body
+    return body["error"]
+
+
+def test_ingest_acknowledges_every_turn_and_closes_segments(ingested, conversation, client):
+    ids = [res["id"] for batch in ingested for res in batch["results"]]
+    assert ids == [t.dia_id for t in conversation]
+    assert all(res["admitted"] and res["type"] for batch in ingested for res in batch["results"])
+    assert sum(b["segments_closed"] for b in ingested) >= 3  # 160-token segments over 40 turns
+    listed = client.get("/v1/memories", params={"user_id": USER, "limit": 1000}).json()
+    assert listed["total"] == TURNS  # L1 holds 20; the rest moved to L2, none evicted (L2: 200)
+    assert {m["tier"] for m in listed["memories"]} == {"l1", "l2"}
+    assert sorted(m["id"] for m in listed["memories"]) == sorted(ids)
+
+
+def test_search_finds_a_turn_by_its_content_in_either_tier(ingested, conversation, client):
+    for turn in (conversation[0], conversation[-1]):  # the first one lives in L2 by now
+        r = client.post("/v1/search", json={"user_id": USER, "query": turn.text, "k": 5})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert turn.dia_id in [m["id"] for m in body["memories"]]
+        hit = next(m for m in body["memories"] if m["id"] == turn.dia_id)
+        assert hit["text"] == turn.text and hit["metadata"]["speaker"] == turn.speaker
+        assert hit["path"] == ("l1" if hit["tier"] == "l1" else "gate")
+        assert body["segments"], "the router activates segments for the query"
+        assert all(set(s["paths"]) <= {"global", "vec", "kw", "newest", "open"} for s in body["segments"])
+
+
+def test_ask_answers_from_verbatim_evidence_with_a_token_bill(ingested, conversation, client):
+    r = client.post("/v1/ask", json={"user_id": USER, "question": "What did Caroline research?"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["answer"].strip()
+    lines = {t.dia_id: f"[{t.date_time}] {t.speaker}: {t.text}" for t in conversation}
+    assert body["evidence"], "assistants returned evidence from the routed segments"
+    for e in body["evidence"]:
+        assert e["content"] == lines[e["turn_id"]]  # verbatim, never paraphrased
+    tokens = body["tokens"]
+    assert tokens["assistants"]["prompt"] > 0 and tokens["master"]["prompt"] > 0
+    assert tokens["total"] == tokens["assistants"]["total"] + tokens["master"]["total"]
+
+
+def test_tenants_do_not_see_each_other(ingested, client):
+    r = client.post("/v1/turns", json={"user_id": "someone-else", "turns": [
+        {"id": "D1:1", "speaker": "Zed", "text": "My password hint is the blue heron."}]})
+    assert r.status_code == 200
+    other = client.post("/v1/search", json={"user_id": "someone-else", "query": "Caroline support group"}).json()
+    assert [m["id"] for m in other["memories"]] == ["D1:1"]
+    assert other["memories"][0]["text"] == "My password hint is the blue heron."
+    mine = client.get("/v1/memories/D1:1", params={"user_id": USER}).json()
+    assert mine["metadata"]["speaker"] != "Zed"
+    assert client.delete("/v1/users/someone-else").json()["memories"] == 1
+    assert client.get("/v1/memories", params={"user_id": USER, "limit": 1}).json()["total"] == TURNS
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status", "param"), [
+    ("post", "/v1/turns", {"user_id": "bad id!", "turns": [{"speaker": "a", "text": "b"}]}, 422, "user_id"),
+    ("post", "/v1/turns", {"user_id": "u", "turns": []}, 422, "turns"),
+    ("post", "/v1/turns", {"user_id": "u", "turns": [{"speaker": "a", "text": "x" * 8001}]}, 422, "turns.0.text"),
+    ("post", "/v1/turns", {"user_id": "u", "turns": [{"speaker": "a", "text": "b", "mood": 1}]}, 422, "turns.0.mood"),
+    ("post", "/v1/turns", {"user_id": "u", "turns": [{"speaker": "a", "text": "b", "timestamp": "noon"}]}, 422,
+     "turns.0.timestamp"),
+    ("post", "/v1/turns", {"user_id": "u", "turns": [{"id": "x", "speaker": "a", "text": "b"}] * 2}, 409, "turns"),
+    ("post", "/v1/search", {"user_id": USER, "query": "q", "k": 0}, 422, "k"),
+    ("post", "/v1/search", {"user_id": USER, "query": ""}, 422, "query"),
+    ("post", "/v1/ask", {"user_id": USER, "question": "q", "category": 9}, 422, "category"),
+    ("get", "/v1/memories/no-such-id?user_id=" + USER, None, 404, "memory_id"),
+    ("delete", "/v1/memories/no-such-id?user_id=" + USER, None, 404, "memory_id"),
+    ("get", "/v1/memories", None, 422, "user_id"),
+    ("get", "/v1/nowhere", None, 404, None),
+])
+def test_bad_requests_get_4xx_with_an_error_body_and_change_nothing(ingested, client, method, path, body, status,
+                                                                    param):
+    before = client.get("/v1/memories", params={"user_id": "u", "limit": 1}).json()["total"]
+    r = client.request(method.upper(), path, json=body)
+    assert r.status_code == status, r.text
+    err = error_of(r)
+    assert err["param"] == param and err["message"]
+    assert client.get("/v1/memories", params={"user_id": "u", "limit": 1}).json()["total"] == before == 0
+
+
+def test_malformed_json_is_a_422(client):
+    r = client.post("/v1/turns", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and error_of(r)["type"] == "invalid_request_error"
+
+
+def test_delete_one_memory_removes_it_from_tiers_and_segments(ingested, conversation, client):
+    victim = conversation[5].dia_id
+    r = client.delete(f"/v1/memories/{victim}", params={"user_id": USER})
+    assert r.status_code == 200 and r.json()["memories"] == 1 and r.json()["turns"] >= 1
+    assert client.get(f"/v1/memories/{victim}", params={"user_id": USER}).status_code == 404
+    hits = client.post("/v1/search", json={"user_id": USER, "query": conversation[5].text, "k": 20}).json()
+    assert victim not in [m["id"] for m in hits["memories"]]
+    assert all(victim not in s["turn_ids"] for s in hits["segments"] if "open" in s["paths"])
+
+
+def test_health_metrics_and_openapi(ingested, client):
+    health = client.get("/v1/health").json()
+    assert health["status"] == "ok" and len(health["actors"]) == 5 and all(health["actors"].values())
+    metrics = client.get("/metrics").text
+    assert 'engram_requests_total{route="/v1/turns",status="200"}' in metrics
+    assert "engram_admissions_total" in metrics
+    spec = client.get("/openapi.json").json()
+    assert {"/v1/turns", "/v1/search", "/v1/ask", "/v1/memories", "/v1/health"} <= set(spec["paths"])
+
+
+def test_a_new_driver_reattaches_to_the_named_actors(ingested, ray_cluster):
+    """A separate driver process finds the tenant's memories through the actors' names alone."""
+    overrides = json.dumps(service_args()["config"])
+    code = (
+        "import json, ray\n"
+        "from cluster.config import load_config\n"
+        "from cluster.topology import Topology\n"
+        f"ray.init(address='{ray_cluster.address}', namespace='elsewhere', log_to_driver=False)\n"
+        f"topo = Topology.connect(load_config('cpu', json.loads({overrides!r})))\n"
+        f"items, total = ray.get(topo.tier_for('{USER}').list.remote('{USER}', 0, 1000))\n"
+        "print(json.dumps({'total': total, 'namespace': topo.config.cluster.namespace}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=ray_cluster.env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"total": TURNS - 1, "namespace": NAMESPACE}  # one was deleted above
