@@ -226,6 +226,10 @@ class Segmenter:
         """Remove turns from the open segment and the pending overlap; returns how many were removed."""
         drop = set(turn_ids)
         removed = self._open.drop_turns(drop) if self._open is not None else 0
+        if self._open is not None and not self._open.turn_ids:
+            # NOTE: an emptied open segment is dropped: a later long turn would close it as an empty segment
+            # (no start/end, nothing the router can embed). Its id is not reused.
+            self._open = None
         before = len(self._carry)
         self._carry = [c for c in self._carry if c.turn_id not in drop]
         return removed + before - len(self._carry)

@@ -34,7 +34,9 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     if not errors:
         return "invalid request", None
     first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
+    loc = [str(p) for p in first.get("loc", ())]
+    if loc and loc[0] in ("body", "query", "path", "header"):  # where it was, not which field
+        loc = loc[1:]
     param = ".".join(loc) or None
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return (f"{param}: {first.get('msg')}" if param else str(first.get("msg"))) + more, param

@@ -123,7 +123,7 @@ def test_bad_requests_get_4xx_with_an_error_body_and_change_nothing(ingested, cl
     r = client.request(method.upper(), path, json=body)
     assert r.status_code == status, r.text
     err = error_of(r)
-    assert err["param"] == param and err["message"]
+    assert err["param"] == param and err["message"], err
     assert client.get("/v1/memories", params={"user_id": "u", "limit": 1}).json()["total"] == before == 0
 
 
