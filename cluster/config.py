@@ -343,8 +343,10 @@ class ClusterConfig(_Section):
         0.0, ge=0, le=256, description="CPUs each stateful actor reserves (0: share the node; they hold no model)."
     )
     max_restarts: int = Field(-1, ge=-1, description="Ray restarts of a crashed actor (-1: forever).")
-    placement: Literal["spread", "default"] = Field(
-        "spread", description="'spread': Ray's SPREAD strategy puts the actors on as many nodes as it can."
+    placement: Literal["round_robin", "spread", "default"] = Field(
+        "round_robin",
+        description="'round_robin': actor i of each kind prefers alive node i % nodes (soft affinity: a restart "
+        "may land elsewhere); 'spread': Ray's SPREAD strategy (best effort); 'default': Ray decides.",
     )
     summaries: bool = Field(
         True,

@@ -3,8 +3,10 @@
 ``Topology.start`` creates the actors or, when they exist (a restarted driver, a second ingress
 replica), attaches to them by name; ``Topology.connect`` only attaches. A tenant's tier shard and
 router are ``stable_hash(tenant) % n``; a segment's assistant actor is ``stable_hash(tenant/segment)
-% n``. Actors restart after a crash (``cluster.max_restarts``); what they held in memory is lost
-until the durability layer replays it.
+% n``. With ``cluster.placement: round_robin`` actor ``i`` of each kind is pinned to alive node
+``i % nodes``. Actors restart after a crash (``cluster.max_restarts``); an actor whose node is gone
+cannot restart there and is revived on an alive node by the first caller that finds it dead
+(:meth:`Topology.revive`). What an actor held in memory is lost until the durability layer replays it.
 """
 
 from __future__ import annotations
@@ -33,9 +35,22 @@ def stable_hash(key: str) -> int:
 class Topology:
     KINDS = ("tier", "router", "assistants")
 
-    def __init__(self, config: EngramConfig, actors: dict[str, list[Any]]) -> None:
-        self.config = config
-        self.tiers, self.routers, self.assistants = (actors[k] for k in self.KINDS)
+    def __init__(self, config: EngramConfig, actors: dict[str, list[Any]], *, dim: int | None = None,
+                 app_name: str = "engram") -> None:
+        self.config, self.dim, self.app_name = config, dim, app_name
+        self.actors = actors
+
+    @property
+    def tiers(self) -> list[Any]:
+        return self.actors["tier"]
+
+    @property
+    def routers(self) -> list[Any]:
+        return self.actors["router"]
+
+    @property
+    def assistants(self) -> list[Any]:
+        return self.actors["assistants"]
 
     # -- creation / attachment -------------------------------------------------------------
     @staticmethod
@@ -44,41 +59,46 @@ class Topology:
         return {"tier": c.tier_shards, "router": c.router_shards, "assistants": c.assistant_actors}
 
     @classmethod
-    def start(cls, config: EngramConfig, *, dim: int, app_name: str = "engram",
-              node_ids: list[str] | None = None) -> Topology:
-        """Create the named actors (or attach to those that exist).
-
-        ``node_ids``: pin actor ``i`` of each kind to ``node_ids[i % len(node_ids)]`` (soft affinity);
-        otherwise ``cluster.placement`` decides (``spread``: Ray's SPREAD strategy).
-        """
-        c = config.cluster
-        engine = PoolEngine.for_config(config.engine, app_name)
-        ep = config.episodic
-        classes = {"tier": TierShardActor, "router": RouterActor, "assistants": AssistantActor}
-        args = {
-            "tier": ((config.tiers, dim), {}),
-            "router": ((config, dim), {"count_tokens": TokenizerCounter(config.engine)}),
-            "assistants": ((engine,), {"evidence_per_segment": ep.evidence_per_segment,
-                                      "summary_max_tokens": ep.summary_max_tokens}),
-        }
-        actors: dict[str, list[Any]] = {}
+    def start(cls, config: EngramConfig, *, dim: int, app_name: str = "engram") -> Topology:
+        """Create the named actors (or attach to those that exist)."""
+        topo = cls(config, {k: [] for k in cls.KINDS}, dim=dim, app_name=app_name)
+        nodes = topo._alive_nodes()
         for kind, n in cls.counts(config).items():
-            actors[kind] = []
-            for i in range(n):
-                options: dict[str, Any] = {
-                    "name": f"{kind}-{i}", "namespace": c.namespace, "lifetime": "detached", "get_if_exists": True,
-                    "max_restarts": c.max_restarts, "num_cpus": c.actor_num_cpus,
-                }
-                if kind == "assistants":
-                    options["max_concurrency"] = 8  # NOTE: waits on the pool; reads of held segments only
-                if node_ids:
-                    options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_ids[i % len(node_ids)],
-                                                                                    soft=True)
-                elif c.placement == "spread":
-                    options["scheduling_strategy"] = "SPREAD"
-                a, kw = args[kind]
-                actors[kind].append(classes[kind].options(**options).remote(*a, **kw))
-        return cls(config, actors)
+            topo.actors[kind] = [topo._create(kind, i, nodes) for i in range(n)]
+        return topo
+
+    def revive(self, kind: str, index: int) -> Any:
+        """Replace an actor that Ray cannot restart (its node is gone): a new one under the same name, placed
+        on an alive node. It starts empty unless the durability layer restores it."""
+        self.actors[kind][index] = self._create(kind, index, self._alive_nodes())
+        return self.actors[kind][index]
+
+    def _alive_nodes(self) -> list[str]:
+        return sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+
+    def _create(self, kind: str, i: int, nodes: list[str]) -> Any:
+        config, c = self.config, self.config.cluster
+        if self.dim is None:
+            raise UnavailableError("this topology was attached with connect(); it cannot create actors")
+        options: dict[str, Any] = {
+            "name": f"{kind}-{i}", "namespace": c.namespace, "lifetime": "detached", "get_if_exists": True,
+            "max_restarts": c.max_restarts, "num_cpus": c.actor_num_cpus,
+        }
+        if c.placement == "round_robin" and nodes:
+            # NOTE: a hard affinity: Ray's soft affinity does not keep actors on the node asked for. When that
+            # node dies the actor becomes unschedulable and the caller revives it elsewhere (revive()).
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=False)
+        elif c.placement == "spread":
+            options["scheduling_strategy"] = "SPREAD"
+        ep = config.episodic
+        if kind == "tier":
+            return TierShardActor.options(**options).remote(config.tiers, self.dim)
+        if kind == "router":
+            return RouterActor.options(**options).remote(config, self.dim, count_tokens=TokenizerCounter(config.engine))
+        options["max_concurrency"] = 8  # NOTE: assistants wait on the pool; they only read held segments meanwhile
+        return AssistantActor.options(**options).remote(
+            PoolEngine.for_config(config.engine, self.app_name), evidence_per_segment=ep.evidence_per_segment,
+            summary_max_tokens=ep.summary_max_tokens)
 
     @classmethod
     def connect(cls, config: EngramConfig) -> Topology:
@@ -95,19 +115,22 @@ class Topology:
         return cls(config, actors)
 
     # -- routing ---------------------------------------------------------------------------
+    def index(self, kind: str, tenant: str) -> int:
+        """Which actor of ``kind`` holds ``tenant`` (tier shards and routers)."""
+        return stable_hash(tenant) % len(self.actors[kind])
+
     def tier_for(self, tenant: str) -> Any:
-        return self.tiers[stable_hash(tenant) % len(self.tiers)]
+        return self.tiers[self.index("tier", tenant)]
 
     def router_for(self, tenant: str) -> Any:
-        return self.routers[stable_hash(tenant) % len(self.routers)]
+        return self.routers[self.index("router", tenant)]
 
     def assistant_index(self, tenant: str, segment_id: int) -> int:
         return stable_hash(f"{tenant}/{segment_id}") % len(self.assistants)
 
     def all(self) -> dict[str, Any]:
         """``{name: handle}`` of every actor."""
-        groups = {"tier": self.tiers, "router": self.routers, "assistants": self.assistants}
-        return {f"{kind}-{i}": a for kind, handles in groups.items() for i, a in enumerate(handles)}
+        return {f"{kind}-{i}": a for kind, handles in self.actors.items() for i, a in enumerate(handles)}
 
     def kill(self) -> None:
         """Stop every actor for good (no restart)."""

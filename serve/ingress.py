@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, Query, Request, Response
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import ActorDiedError, ActorUnschedulableError, GetTimeoutError, RayActorError
 
 from actors.admission import Decision, content_type_rule
 from actors.assistant import Evidence
@@ -102,12 +102,22 @@ class MemoryAPI:
                 self._topology = Topology.start(self.config, dim=dim, app_name=self.app_name)
         return self._topology
 
-    async def _call(self, ref: Any, what: str) -> Any:
-        try:
-            return await asyncio.wait_for(ref, self.timeout)
-        except (RayActorError, GetTimeoutError, TimeoutError) as e:
-            raise UnavailableError(f"{what} did not answer ({type(e).__name__}); retry the request",
-                                   code="actor_unavailable") from e
+    async def _actor(self, kind: str, i: int, method: str, *args: Any) -> Any:
+        """``actors[kind][i].method(*args)``; an actor whose node is gone is revived once (then retried)."""
+        topo = await self.topology()
+        for attempt in range(2):
+            try:
+                return await asyncio.wait_for(getattr(topo.actors[kind][i], method).remote(*args), self.timeout)
+            except (ActorUnschedulableError, ActorDiedError) as e:
+                error = e
+                if attempt == 0:
+                    log.warning("%s-%d is gone (%s); reviving it", kind, i, type(e).__name__)
+                    topo.revive(kind, i)
+            except (RayActorError, GetTimeoutError, TimeoutError) as e:  # restarting, or too slow
+                error = e
+                break
+        raise UnavailableError(f"{kind}-{i} did not answer ({type(error).__name__}); retry the request",
+                               code="actor_unavailable") from error
 
     async def _embed(self, texts: list[str], is_query: bool = False) -> np.ndarray:
         return await self.embedder.encode.remote(texts, is_query)
@@ -126,7 +136,7 @@ class MemoryAPI:
             dup = next(i for i in ids if ids.count(i) > 1)
             raise ConflictError(f"turn id {dup!r} appears twice in one batch", param="turns", code="duplicate_id")
         topo = await self.topology()
-        router = topo.router_for(tenant)
+        tier, router = topo.index("tier", tenant), topo.index("router", tenant)
         vectors = await self._embed([t.line for t in turns])
         decisions = await self._admit(tenant, router, turns, vectors)
         admitted = [d.op == "ADD" for d in decisions]
@@ -134,16 +144,15 @@ class MemoryAPI:
         meta = [{"speaker": turns[i].speaker, "timestamp": turns[i].timestamp.isoformat(),
                  "date_time": turns[i].date_time, "type": decisions[i].content_type,
                  "agent_id": req.agent_id, "session_id": req.session_id} for i in keep]
-        report = await self._call(topo.tier_for(tenant).add.remote(
-            tenant, [ids[i] for i in keep], [turns[i].text for i in keep], vectors[keep],
-            [d.p_add if d.p_add is not None else 0.5 for d in (decisions[i] for i in keep)], meta), "tier shard")
-        closed = await self._call(router.append.remote(tenant, turns, vectors, admitted), "router")
+        report = await self._actor(
+            "tier", tier, "add", tenant, [ids[i] for i in keep], [turns[i].text for i in keep], vectors[keep],
+            [d.p_add if d.p_add is not None else 0.5 for d in (decisions[i] for i in keep)], meta)
+        closed = await self._actor("router", router, "append", tenant, turns, vectors, admitted)
         if closed:
             groups: dict[int, list] = defaultdict(list)
             for seg in closed:
                 groups[topo.assistant_index(tenant, seg.id)].append(seg)
-            await asyncio.gather(*(self._call(topo.assistants[i].add.remote(tenant, segs), "assistant actor")
-                                   for i, segs in groups.items()))
+            await asyncio.gather(*(self._actor("assistants", i, "add", tenant, segs) for i, segs in groups.items()))
             if self.config.cluster.summaries:
                 self._spawn(self._summarise(tenant, groups))
         for d, a in zip(decisions, admitted, strict=True):
@@ -157,10 +166,10 @@ class MemoryAPI:
             admitted=len(keep), segments_closed=len(closed), evicted=report.evicted,
         )
 
-    async def _admit(self, tenant: str, router: Any, turns: list[TurnRecord], vectors: np.ndarray) -> list[Decision]:
+    async def _admit(self, tenant: str, router: int, turns: list[TurnRecord], vectors: np.ndarray) -> list[Decision]:
         if self.admission is None:  # admission.mode == store_all
             return [Decision("ADD", content_type_rule(t.text), None) for t in turns]
-        context = await self._call(router.context.remote(tenant), "router")
+        context = await self._actor("router", router, "context", tenant)
         stream = [*context, *vectors]
         n, width = len(context), self.config.admission.max_turns
         chunks = [np.stack(stream[max(0, n + i + 1 - width) : n + i + 1]) for i in range(len(turns))]
@@ -176,14 +185,14 @@ class MemoryAPI:
         topo = await self.topology()
         try:
             for i, segs in groups.items():
-                summaries, bill = await topo.assistants[i].summarise.remote(tenant, [g.id for g in segs])
+                summaries, bill = await self._actor("assistants", i, "summarise", tenant, [g.id for g in segs])
                 METRICS.tokens.labels("summary", "prompt").inc(bill.prompt_tokens)
                 METRICS.tokens.labels("summary", "completion").inc(bill.completion_tokens)
                 if summaries:
                     texts = list(summaries.values())
                     vecs = await self._embed(texts)
-                    router = topo.router_for(tenant)
-                    await asyncio.gather(*(router.set_summary.remote(tenant, sid, text, v)
+                    router = topo.index("router", tenant)
+                    await asyncio.gather(*(self._actor("router", router, "set_summary", tenant, sid, text, v)
                                            for (sid, text), v in zip(summaries.items(), vecs, strict=True)))
         except Exception:  # NOTE: a lost summary only weakens the global path; the segment stays routable
             log.exception("summaries for %s failed", tenant)
@@ -194,8 +203,8 @@ class MemoryAPI:
         topo = await self.topology()
         q = (await self._embed([req.query], is_query=True))[0]
         hits, route = await asyncio.gather(
-            self._call(topo.tier_for(req.user_id).search.remote(req.user_id, req.query, q, req.k), "tier shard"),
-            self._call(topo.router_for(req.user_id).route.remote(req.user_id, req.query, q), "router"),
+            self._actor("tier", topo.index("tier", req.user_id), "search", req.user_id, req.query, q, req.k),
+            self._actor("router", topo.index("router", req.user_id), "route", req.user_id, req.query, q),
         )
         memories = [s.MemoryHit(id=str(h.id), text=h.text, score=h.score, similarity=h.similarity, tier=h.tier,
                                 path="l1" if h.tier == "l1" else "gate", importance=h.importance,
@@ -207,17 +216,16 @@ class MemoryAPI:
         topo = await self.topology()
         tenant = req.user_id
         q = (await self._embed([req.question], is_query=True))[0]
-        route: RouteResult = await self._call(topo.router_for(tenant).route.remote(tenant, req.question, q), "router")
+        route: RouteResult = await self._actor("router", topo.index("router", tenant), "route", tenant, req.question, q)
         groups: dict[int, list[int]] = defaultdict(list)
         for rank, a in enumerate(route.activations):
             groups[topo.assistant_index(tenant, a.segment_id)].append(rank)
-        calls = [self._call(topo.assistants[i].extract.remote(
-            tenant, [(route.activations[r].segment_id, req.question) for r in ranks]), "assistant actor")
-            for i, ranks in groups.items()]
+        calls = [self._actor("assistants", i, "extract", tenant,
+                             [(route.activations[r].segment_id, req.question) for r in ranks])
+                 for i, ranks in groups.items()]
         if route.open_segment is not None:
             i = topo.assistant_index(tenant, route.open_segment.id)
-            calls.append(self._call(topo.assistants[i].extract_from.remote([route.open_segment], req.question),
-                                    "assistant actor"))
+            calls.append(self._actor("assistants", i, "extract_from", [route.open_segment], req.question))
         results = await asyncio.gather(*calls)
         by_rank: dict[int, list[Evidence]] = {}
         bill = TokenBill()
@@ -247,7 +255,7 @@ class MemoryAPI:
     async def list_memories(self, user_id: s.Identifier, offset: int = Query(0, ge=0, le=10_000_000),
                             limit: int = Query(50, ge=1, le=1000)) -> s.MemoryList:
         topo = await self.topology()
-        items, total = await self._call(topo.tier_for(user_id).list.remote(user_id, offset, limit), "tier shard")
+        items, total = await self._actor("tier", topo.index("tier", user_id), "list", user_id, offset, limit)
         return s.MemoryList(user_id=user_id, memories=[_memory(m) for m in items], total=total, offset=offset,
                             limit=limit)
 
@@ -255,7 +263,7 @@ class MemoryAPI:
              responses={404: {"model": s.ErrorBody}})
     async def get_memory(self, memory_id: str, user_id: s.Identifier) -> s.Memory:
         topo = await self.topology()
-        m = await self._call(topo.tier_for(user_id).get.remote(user_id, memory_id), "tier shard")
+        m = await self._actor("tier", topo.index("tier", user_id), "get", user_id, memory_id)
         if m is None:
             raise NotFoundError(f"memory {memory_id!r} not found for user {user_id!r}", param="memory_id")
         return _memory(m)
@@ -264,10 +272,10 @@ class MemoryAPI:
                 responses={404: {"model": s.ErrorBody}})
     async def delete_memory(self, memory_id: str, user_id: s.Identifier) -> s.Deleted:
         topo = await self.topology()
-        n = await self._call(topo.tier_for(user_id).delete.remote(user_id, [memory_id]), "tier shard")
+        n = await self._actor("tier", topo.index("tier", user_id), "delete", user_id, [memory_id])
         lines = await asyncio.gather(
-            self._call(topo.router_for(user_id).forget.remote(user_id, [memory_id]), "router"),
-            *(self._call(a.forget.remote(user_id, [memory_id]), "assistant actor") for a in topo.assistants))
+            self._actor("router", topo.index("router", user_id), "forget", user_id, [memory_id]),
+            *(self._actor("assistants", i, "forget", user_id, [memory_id]) for i in range(len(topo.assistants))))
         if n == 0 and not any(lines):
             raise NotFoundError(f"memory {memory_id!r} not found for user {user_id!r}", param="memory_id")
         return s.Deleted(user_id=user_id, memories=n, turns=int(sum(lines)))
@@ -275,20 +283,19 @@ class MemoryAPI:
     @app.delete("/v1/users/{user_id:path}", response_model=s.Deleted, summary="Delete everything of a user")
     async def delete_user(self, user_id: s.Identifier) -> s.Deleted:
         topo = await self.topology()
-        tiers = await asyncio.gather(*(self._call(a.drop_tenant.remote(user_id), "tier shard") for a in topo.tiers))
-        lines = await asyncio.gather(*(self._call(a.drop_tenant.remote(user_id), "assistant actor")
-                                       for a in topo.assistants))
-        await asyncio.gather(*(self._call(a.drop_tenant.remote(user_id), "router") for a in topo.routers))
+        dropped = {kind: await asyncio.gather(*(self._actor(kind, i, "drop_tenant", user_id)
+                                                for i in range(len(handles))))
+                   for kind, handles in topo.actors.items()}
+        tiers, lines = dropped["tier"], dropped["assistants"]
         return s.Deleted(user_id=user_id, memories=int(sum(tiers)), turns=int(sum(lines)))
 
     # -- operations --------------------------------------------------------------------------
     @app.get("/v1/health", response_model=s.Health, summary="Liveness of every actor")
     async def health(self) -> s.Health:
         topo = await self.topology()
-        names = list(topo.all())
-        pings = await asyncio.gather(*(asyncio.wait_for(a.ping.remote(), 5.0) for a in topo.all().values()),
-                                     return_exceptions=True)
-        alive = {n: p is True for n, p in zip(names, pings, strict=True)}
+        keys = [(kind, i) for kind, handles in topo.actors.items() for i in range(len(handles))]
+        pings = await asyncio.gather(*(self._actor(kind, i, "ping") for kind, i in keys), return_exceptions=True)
+        alive = {f"{kind}-{i}": p is True for (kind, i), p in zip(keys, pings, strict=True)}
         return s.Health(status="ok" if all(alive.values()) else "degraded", actors=alive, version=VERSION)
 
     @app.get("/metrics", include_in_schema=False)
