@@ -24,8 +24,6 @@ from serve.deployments import AdmissionService, EmbedderService, MasterService
 from serve.ingress import MemoryAPI, app
 from serve.pool import LLM_POOL, LLMPool
 
-APP_NAME = "engram"
-
 
 def _options(d: DeploymentArgs) -> dict[str, Any]:
     return {
@@ -48,18 +46,19 @@ def check_ready(config: EngramConfig) -> None:
             )
 
 
-def build_app(args: AppArgs | dict[str, Any], app_name: str = APP_NAME) -> Application:
+def build_app(args: AppArgs | dict[str, Any]) -> Application:
     args = AppArgs.model_validate(args)
     config = load_config(args.profile, args.config)
     check_ready(config)
     data = config.model_dump(mode="json")
     llm = serve.deployment(LLMPool, name=LLM_POOL, **_options(args.llm)).bind(data["engine"])
     embedder = serve.deployment(EmbedderService, name="Embedder", **_options(args.embedder)).bind(data)
-    master = serve.deployment(MasterService, name="Master", **_options(args.master)).bind(data, app_name)
+    master = serve.deployment(MasterService, name="Master", **_options(args.master)).bind(data)
     admission = None
     if config.admission.mode == "classifier":
         admission = serve.deployment(AdmissionService, name="Admission", **_options(args.admission)).bind(data)
     ingress = serve.deployment(serve.ingress(app)(MemoryAPI), name="MemoryAPI", **_options(args.ingress))
     # NOTE: LLMPool is bound into the graph through the ingress so that Serve deploys it; assistants and the
-    # master reach it by name (serve.get_deployment_handle), since actors are not part of the graph.
-    return ingress.bind(data, embedder, master, admission, app_name, llm)
+    # master reach it by name (serve.get_deployment_handle, in the application they run in: the replica
+    # context names it), since actors are not part of the graph.
+    return ingress.bind(data, embedder, master, admission, llm)

@@ -68,10 +68,10 @@ class AdmissionService:
 class MasterService:
     """Answers from gathered evidence with the pool model, cut to the model's window."""
 
-    def __init__(self, config: dict[str, Any], app_name: str) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         cfg = EngramConfig.model_validate(config)
         ep = cfg.episodic
-        engine = PoolEngine.for_config(cfg.engine, app_name)
+        engine = PoolEngine.for_config(cfg.engine, serve.get_replica_context().app_name)
         self.master = Master(engine, max_tokens=ep.answer_max_tokens, not_mentioned=ep.not_mentioned)
         self.budget = prompt_budget(engine.max_model_len, ep.answer_max_tokens)
         self.count = TokenizerCounter(cfg.engine)

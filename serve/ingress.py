@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, Query, Request, Response
+from ray import serve
 from ray.exceptions import ActorDiedError, ActorUnschedulableError, GetTimeoutError, RayActorError
 
 from actors.admission import Decision, content_type_rule
@@ -85,10 +86,10 @@ class MemoryAPI:
     """The ingress deployment's class (``serve.app.build_app`` wraps it with ``serve.ingress(app)``)."""
 
     def __init__(self, config: dict[str, Any], embedder: Any, master: Any, admission: Any | None,
-                 app_name: str = "engram", llm: Any = None) -> None:
+                 llm: Any = None) -> None:
         self.config = EngramConfig.model_validate(config)
         self.embedder, self.master, self.admission, self.llm = embedder, master, admission, llm
-        self.app_name = app_name
+        self.app_name = serve.get_replica_context().app_name
         self.timeout = self.config.cluster.actor_call_timeout_s
         self._topology: Topology | None = None
         self._lock = asyncio.Lock()
