@@ -100,6 +100,10 @@ class TenantEpisodes:
     def ping(self) -> bool:
         return True
 
+    def warm(self) -> None:
+        """Load what the first write would otherwise wait for (the tokenizer behind ``count_tokens``)."""
+        self.count_tokens("warm up")
+
     def tenants(self) -> list[str]:
         return sorted(self._streams)
 

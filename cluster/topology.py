@@ -65,6 +65,8 @@ class Topology:
         nodes = topo._alive_nodes()
         for kind, n in cls.counts(config).items():
             topo.actors[kind] = [topo._create(kind, i, nodes) for i in range(n)]
+        for router in topo.routers:
+            router.warm.remote()  # NOTE: fire and forget; the first write would otherwise load the tokenizer
         return topo
 
     def revive(self, kind: str, index: int) -> Any:

@@ -16,7 +16,7 @@ from actors.assistant import Evidence
 from actors.episodic import fit_evidence, prompt_budget
 from cluster.config import EngramConfig
 from serve.master import Master, MasterAnswer
-from serve.pool import PoolEngine, TokenizerCounter
+from serve.pool import PoolEngine, TokenizerCounter, use_cores
 
 
 class EmbedderService:
@@ -25,7 +25,9 @@ class EmbedderService:
     def __init__(self, config: dict[str, Any]) -> None:
         from serve.embedder import Embedder
 
-        self.embedder = Embedder(EngramConfig.model_validate(config).embedder)
+        cfg = EngramConfig.model_validate(config)
+        use_cores(cfg.embedder.num_threads)
+        self.embedder = Embedder(cfg.embedder)
 
     def dim(self) -> int:
         return self.embedder.dim
@@ -59,6 +61,7 @@ class AdmissionService:
         from actors.admission import AdmissionClassifier
 
         cfg = EngramConfig.model_validate(config)
+        use_cores(None)
         self.classifier = AdmissionClassifier.load(Path(cfg.paths.cache_dir) / "admission", device=cfg.admission.device)
 
     async def classify(self, chunks: list[np.ndarray]) -> list[Decision]:

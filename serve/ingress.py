@@ -38,6 +38,7 @@ from serve.metrics import Metrics
 
 log = logging.getLogger(__name__)
 VERSION = "0.1.0"
+WRITE_IDLE_S = 1.0  # writes count as paused once none has run for this long (summaries wait for a pause)
 
 app = FastAPI(
     title="Engram Cluster",
@@ -93,7 +94,20 @@ class MemoryAPI:
         self.timeout = self.config.cluster.actor_call_timeout_s
         self._topology: Topology | None = None
         self._lock = asyncio.Lock()
-        self._background: set[asyncio.Task] = set()
+        self._writes, self._last_write = 0, 0.0  # POST /v1/turns in flight; when the last one ended
+        self._summaries: list[tuple[float, str, dict[int, list]]] = []  # (queued at, tenant, segments by actor)
+        self._summariser: asyncio.Task | None = None
+        self._query_embedder = None
+        if self.config.cluster.local_query_embedding:
+            from serve.embedder import Embedder
+            from serve.pool import use_cores
+
+            use_cores(self.config.embedder.num_threads)
+            self._query_embedder = Embedder(self.config.embedder)
+        try:  # NOTE: create (or attach to) the actors now rather than on the first request
+            self._warming = asyncio.get_running_loop().create_task(self.topology())
+        except RuntimeError:
+            self._warming = None
 
     # -- plumbing ----------------------------------------------------------------------------
     async def topology(self) -> Topology:
@@ -121,11 +135,21 @@ class MemoryAPI:
                                code="actor_unavailable") from error
 
     async def _embed(self, texts: list[str], is_query: bool = False) -> np.ndarray:
+        if is_query and self._query_embedder is not None:
+            return await asyncio.to_thread(self._query_embedder.encode, texts, is_query=True)
         return await self.embedder.encode.remote(texts, is_query)
 
     # -- writes ------------------------------------------------------------------------------
     @app.post("/v1/turns", response_model=s.AddTurnsResponse, summary="Add turns (admission decides what is kept)")
     async def add_turns(self, req: s.AddTurnsRequest) -> s.AddTurnsResponse:
+        self._writes += 1
+        try:
+            return await self._add_turns(req)
+        finally:
+            self._writes -= 1
+            self._last_write = time.monotonic()
+
+    async def _add_turns(self, req: s.AddTurnsRequest) -> s.AddTurnsResponse:
         tenant, now = req.user_id, datetime.now(UTC)
         turns = []
         for t in req.turns:
@@ -155,7 +179,7 @@ class MemoryAPI:
                 groups[topo.assistant_index(tenant, seg.id)].append(seg)
             await asyncio.gather(*(self._actor("assistants", i, "add", tenant, segs) for i, segs in groups.items()))
             if self.config.cluster.summaries:
-                self._spawn(self._summarise(tenant, groups))
+                self._queue_summaries(tenant, groups)
         for d, a in zip(decisions, admitted, strict=True):
             METRICS.admissions.labels("ADD" if a else "NOOP", d.content_type).inc()
         METRICS.evictions.inc(report.evicted)
@@ -176,10 +200,22 @@ class MemoryAPI:
         chunks = [np.stack(stream[max(0, n + i + 1 - width) : n + i + 1]) for i in range(len(turns))]
         return await self.admission.classify.remote(chunks)
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    def _queue_summaries(self, tenant: str, groups: dict[int, list]) -> None:
+        self._summaries.append((time.monotonic(), tenant, groups))
+        if self._summariser is None or self._summariser.done():
+            self._summariser = asyncio.ensure_future(self._summarise_queued())
+
+    async def _summarise_queued(self) -> None:
+        """One background worker: summaries run when writes pause (NOTE: on a small CPU they would otherwise
+        slow every write down), or once the oldest has waited ``cluster.summary_delay_s``."""
+        delay = self.config.cluster.summary_delay_s
+        while self._summaries:
+            busy = self._writes or time.monotonic() - self._last_write < WRITE_IDLE_S
+            if busy and time.monotonic() - self._summaries[0][0] < delay:
+                await asyncio.sleep(0.05)
+                continue
+            _, tenant, groups = self._summaries.pop(0)
+            await self._summarise(tenant, groups)
 
     async def _summarise(self, tenant: str, groups: dict[int, list]) -> None:
         """Summaries of closed segments for the router's global path (after the write is acknowledged)."""
@@ -297,7 +333,8 @@ class MemoryAPI:
         keys = [(kind, i) for kind, handles in topo.actors.items() for i in range(len(handles))]
         pings = await asyncio.gather(*(self._actor(kind, i, "ping") for kind, i in keys), return_exceptions=True)
         alive = {f"{kind}-{i}": p is True for (kind, i), p in zip(keys, pings, strict=True)}
-        return s.Health(status="ok" if all(alive.values()) else "degraded", actors=alive, version=VERSION)
+        return s.Health(status="ok" if all(alive.values()) else "degraded", actors=alive, version=VERSION,
+                        background=len(self._summaries) + int(bool(self._summariser and not self._summariser.done())))
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics(self) -> Response:

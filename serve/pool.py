@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,16 @@ from serve.engine import GenerationRequest, GenerationResult, build_engine
 from serve.engine_config import EngineConfig
 
 LLM_POOL = "LLMPool"
+
+
+def use_cores(n: int | None) -> None:
+    """torch intra-op threads of this replica: ``n``, or every core of the machine when ``n`` is None.
+
+    NOTE: Ray sets OMP_NUM_THREADS=1 in a worker that reserves no CPU, and torch then runs on one core.
+    """
+    import torch
+
+    torch.set_num_threads(n or os.cpu_count() or 1)
 
 
 class _Failed:
@@ -32,6 +43,8 @@ class _Failed:
 class LLMPool:
     def __init__(self, engine: dict[str, Any]) -> None:
         self.config = EngineConfig.model_validate(engine)
+        if self.config.backend == "transformers":
+            use_cores(self.config.num_threads)
         self.engine = build_engine(self.config)
 
     def info(self) -> dict[str, Any]:

@@ -158,6 +158,7 @@ class Health(_Body):
     status: Literal["ok", "degraded"]
     actors: dict[str, bool]
     version: str
+    background: int = Field(0, description="Background jobs (segment summaries) still running in this replica.")
 
 
 class ErrorDetail(_Body):
