@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import socket
 import sys
@@ -110,6 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="results folder (default: results/cluster)")
     args = parser.parse_args(argv)
     setup_logging()
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # NOTE: one INFO line per request otherwise
     levels = parse_int_list(args.concurrency)
     config = load_config()
     convs = load_locomo(args.data or config.data.locomo_path)[: max(1, min(args.conversations, 10))]

@@ -66,6 +66,18 @@ def format_date_time(ts: datetime) -> str:
     return f"{hour}:{ts.minute:02d} {'am' if ts.hour < 12 else 'pm'} on {ts.day} {ts.strftime('%B')}, {ts.year}"
 
 
+def admission_chunks(context: list[np.ndarray], vectors: np.ndarray, width: int) -> list[np.ndarray]:
+    """One chunk per new turn: its vector and up to ``width - 1`` before it (earlier requests' turns from
+    ``context`` first), oldest first — MemRouter's ≤ 5-turn window.
+
+    >>> [c[:, 0].tolist() for c in admission_chunks([np.array([1.0])], np.array([[2.0], [3.0]]), 2)]
+    [[1.0, 2.0], [2.0, 3.0]]
+    """
+    stream = [*context, *vectors]
+    n = len(context)
+    return [np.stack(stream[max(0, n + i + 1 - width) : n + i + 1]) for i in range(len(vectors))]
+
+
 def _bill(b: TokenBill) -> s.TokenCount:
     return s.TokenCount(prompt=b.prompt_tokens, completion=b.completion_tokens, total=b.total_tokens)
 
@@ -195,10 +207,8 @@ class MemoryAPI:
         if self.admission is None:  # admission.mode == store_all
             return [Decision("ADD", content_type_rule(t.text), None) for t in turns]
         context = await self._actor("router", router, "context", tenant)
-        stream = [*context, *vectors]
-        n, width = len(context), self.config.admission.max_turns
-        chunks = [np.stack(stream[max(0, n + i + 1 - width) : n + i + 1]) for i in range(len(turns))]
-        return await self.admission.classify.remote(chunks)
+        return await self.admission.classify.remote(admission_chunks(context, vectors,
+                                                                     self.config.admission.max_turns))
 
     def _queue_summaries(self, tenant: str, groups: dict[int, list]) -> None:
         self._summaries.append((time.monotonic(), tenant, groups))
@@ -207,30 +217,33 @@ class MemoryAPI:
 
     async def _summarise_queued(self) -> None:
         """One background worker: summaries run when writes pause (NOTE: on a small CPU they would otherwise
-        slow every write down), or once the oldest has waited ``cluster.summary_delay_s``."""
+        slow every write down), or once the oldest has waited ``cluster.summary_delay_s``. Everything queued
+        goes at once, one call per (tenant, assistant actor), so that the pool batches them together."""
         delay = self.config.cluster.summary_delay_s
         while self._summaries:
             busy = self._writes or time.monotonic() - self._last_write < WRITE_IDLE_S
             if busy and time.monotonic() - self._summaries[0][0] < delay:
                 await asyncio.sleep(0.05)
                 continue
-            _, tenant, groups = self._summaries.pop(0)
-            await self._summarise(tenant, groups)
+            todo, self._summaries = self._summaries, []
+            merged: dict[tuple[str, int], list[int]] = defaultdict(list)
+            for _, tenant, groups in todo:
+                for i, segs in groups.items():
+                    merged[(tenant, i)].extend(seg.id for seg in segs)
+            await asyncio.gather(*(self._summarise(tenant, i, ids) for (tenant, i), ids in merged.items()))
 
-    async def _summarise(self, tenant: str, groups: dict[int, list]) -> None:
-        """Summaries of closed segments for the router's global path (after the write is acknowledged)."""
+    async def _summarise(self, tenant: str, actor: int, segment_ids: list[int]) -> None:
+        """Summaries of closed segments for the router's global path (after the writes are acknowledged)."""
         topo = await self.topology()
         try:
-            for i, segs in groups.items():
-                summaries, bill = await self._actor("assistants", i, "summarise", tenant, [g.id for g in segs])
-                METRICS.tokens.labels("summary", "prompt").inc(bill.prompt_tokens)
-                METRICS.tokens.labels("summary", "completion").inc(bill.completion_tokens)
-                if summaries:
-                    texts = list(summaries.values())
-                    vecs = await self._embed(texts)
-                    router = topo.index("router", tenant)
-                    await asyncio.gather(*(self._actor("router", router, "set_summary", tenant, sid, text, v)
-                                           for (sid, text), v in zip(summaries.items(), vecs, strict=True)))
+            summaries, bill = await self._actor("assistants", actor, "summarise", tenant, segment_ids)
+            METRICS.tokens.labels("summary", "prompt").inc(bill.prompt_tokens)
+            METRICS.tokens.labels("summary", "completion").inc(bill.completion_tokens)
+            if summaries:
+                vecs = await self._embed(list(summaries.values()))
+                router = topo.index("router", tenant)
+                await asyncio.gather(*(self._actor("router", router, "set_summary", tenant, sid, text, v)
+                                       for (sid, text), v in zip(summaries.items(), vecs, strict=True)))
         except Exception:  # NOTE: a lost summary only weakens the global path; the segment stays routable
             log.exception("summaries for %s failed", tenant)
 
