@@ -60,6 +60,9 @@ class AssistantHost:
         self.evidence_per_segment = evidence_per_segment
         self._segments: dict[int, Segment] = {}
 
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "engine": None}  # NOTE: a snapshot holds segments, never the engine
+
     def add(self, segments: Sequence[Segment]) -> None:
         for seg in segments:
             self._segments[seg.id] = seg

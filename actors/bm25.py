@@ -36,7 +36,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from rank_bm25 import BM25Okapi
@@ -89,12 +89,23 @@ def make_tokenizer(stop_words: StopList = "emem", stem: bool = False) -> Tokeniz
     stops = STOP_LISTS[stop_words]
     if not stem:
         return functools.partial(tokenize, stop_words=stops)
-    stemmer = _porter()
+    return StemmedTokenizer(stops)
 
-    def stemmed(text: str) -> list[str]:
-        return [stemmer(t) for t in tokenize(text, stops)]
 
-    return stemmed
+class StemmedTokenizer:
+    """:func:`tokenize`, then Porter stems (memoised). Picklable: the stemmer is rebuilt after unpickling."""
+
+    def __init__(self, stop_words: Any) -> None:
+        self.stop_words = stop_words
+        self._stem: Callable[[str], str] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"stop_words": self.stop_words, "_stem": None}
+
+    def __call__(self, text: str) -> list[str]:
+        if self._stem is None:
+            self._stem = _porter()
+        return [self._stem(t) for t in tokenize(text, self.stop_words)]
 
 
 class BM25Index(Protocol):

@@ -18,6 +18,8 @@ from serve.engine import GenerationEngine, TokenBill
 class TenantAssistants:
     """``{tenant: AssistantHost}``: hold segments, extract evidence, write summaries, forget."""
 
+    durable_state = "_hosts"  # the tenant data a snapshot holds (actors/durable.py)
+
     def __init__(self, engine: GenerationEngine, *, evidence_per_segment: int = 5,
                  summary_max_tokens: int = 48) -> None:
         self.engine = engine
@@ -27,6 +29,11 @@ class TenantAssistants:
 
     def ping(self) -> bool:
         return True
+
+    def restored(self) -> None:
+        """After a snapshot load: the hosts use this process's engine (snapshots do not hold one)."""
+        for host in self._hosts.values():
+            host.engine = self.engine
 
     def tenants(self) -> list[str]:
         return sorted(self._hosts)
@@ -68,18 +75,18 @@ class TenantAssistants:
         host.add(segments)
         return host.extract([(s.id, question) for s in segments])
 
-    def summarise(self, tenant: str, segment_ids: Sequence[int]) -> tuple[dict[int, str], TokenBill]:
-        """One-line summaries of held segments, one engine batch."""
-        host = self._host(tenant)
-        segs = [host.segment(i) for i in segment_ids if host is not None and i in host.segment_ids]
-        segs = [s for s in segs if s.lines]
+    def summarise(self, wanted: dict[str, Sequence[int]]) -> tuple[dict[str, dict[int, str]], TokenBill]:
+        """One-line summaries of held segments (``{tenant: segment ids}``), all in one engine batch."""
+        segs = [(tenant, host.segment(i)) for tenant, ids in wanted.items()
+                if (host := self._host(tenant)) is not None for i in ids if i in host.segment_ids]
+        segs = [(t, s) for t, s in segs if s.lines]
         if not segs:
             return {}, TokenBill()
-        results = self.engine.generate([summary_request(s, self.summary_max_tokens) for s in segs])
-        out = {}
-        for seg, res in zip(segs, results, strict=True):
+        results = self.engine.generate([summary_request(s, self.summary_max_tokens) for _, s in segs])
+        out: dict[str, dict[int, str]] = {}
+        for (tenant, seg), res in zip(segs, results, strict=True):
             seg.summary = res.text.strip()
-            out[seg.id] = seg.summary
+            out.setdefault(tenant, {})[seg.id] = seg.summary
         return out, TokenBill.of(results)
 
     def forget(self, tenant: str, turn_ids: Sequence[str]) -> int:

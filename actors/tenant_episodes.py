@@ -89,6 +89,8 @@ def _lent(encoder: KnownVectors, text: str, vector: np.ndarray) -> Iterator[None
 class TenantEpisodes:
     """``{tenant: stream}``: append turns, route questions, attach summaries, forget turns or tenants."""
 
+    durable_state = "_streams"  # the tenant data a snapshot holds (actors/durable.py)
+
     def __init__(self, config: EngramConfig, dim: int, count_tokens: Callable[[str], int] | None = None) -> None:
         if config.router.chunking != "turn":
             raise ValueError("the service's router indexes turn lines (router.chunking must be 'turn')")

@@ -53,6 +53,8 @@ class AddReport:
 class TenantTiers:
     """``{tenant: TieredMemory}`` with tenant-scoped add / search / get / list / delete."""
 
+    durable_state = "_memories"  # the tenant data a snapshot holds (actors/durable.py)
+
     def __init__(self, config: TierMemoryConfig, dim: int) -> None:
         self.config = config
         self.dim = dim

@@ -354,6 +354,14 @@ class ClusterConfig(_Section):
         description="Write each closed segment's one-line summary (router's global path) in the background, "
         "after the write is acknowledged.",
     )
+    storage_dir: Path | None = Field(
+        None,
+        description="Where each stateful actor keeps its write-ahead log and snapshots (<dir>/<namespace>/<actor>); "
+        "a path every node can reach in a multi-node cluster. None: memory only, lost when an actor restarts.",
+    )
+    snapshot_every: int = Field(
+        10_000, ge=1, le=100_000_000, description="Log records after which an actor writes a snapshot."
+    )
     local_query_embedding: bool = Field(
         True,
         description="The ingress embeds search/ask queries itself (saves a Serve hop, ~9 ms on 2 CPU cores) at "

@@ -12,6 +12,7 @@ cannot restart there and is revived on an alive node by the first caller that fi
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -93,14 +94,20 @@ class Topology:
         elif c.placement == "spread":
             options["scheduling_strategy"] = "SPREAD"
         ep = config.episodic
+        journal = {"journal_dir": self.journal_dir(f"{kind}-{i}"), "snapshot_every": c.snapshot_every}
         if kind == "tier":
-            return TierShardActor.options(**options).remote(config.tiers, self.dim)
+            return TierShardActor.options(**options).remote(config.tiers, self.dim, **journal)
         if kind == "router":
-            return RouterActor.options(**options).remote(config, self.dim, count_tokens=TokenizerCounter(config.engine))
+            return RouterActor.options(**options).remote(config, self.dim, count_tokens=TokenizerCounter(config.engine),
+                                                         **journal)
         options["max_concurrency"] = 8  # NOTE: assistants wait on the pool; they only read held segments meanwhile
         return AssistantActor.options(**options).remote(
             PoolEngine.for_config(config.engine, self.app_name), evidence_per_segment=ep.evidence_per_segment,
-            summary_max_tokens=ep.summary_max_tokens)
+            summary_max_tokens=ep.summary_max_tokens, **journal)
+
+    def journal_dir(self, name: str) -> str | None:
+        storage = self.config.cluster.storage_dir
+        return None if storage is None else str(Path(storage).expanduser() / self.config.cluster.namespace / name)
 
     @classmethod
     def connect(cls, config: EngramConfig) -> Topology:

@@ -38,6 +38,7 @@ from serve.metrics import Metrics
 
 log = logging.getLogger(__name__)
 VERSION = "0.1.0"
+SUMMARY_BATCH = 8  # segments per summary call (each a ~1,000-token prompt)
 WRITE_IDLE_S = 1.0  # writes count as paused once none has run for this long (summaries wait for a pause)
 
 app = FastAPI(
@@ -218,7 +219,7 @@ class MemoryAPI:
     async def _summarise_queued(self) -> None:
         """One background worker: summaries run when writes pause (NOTE: on a small CPU they would otherwise
         slow every write down), or once the oldest has waited ``cluster.summary_delay_s``. Everything queued
-        goes at once, one call per (tenant, assistant actor), so that the pool batches them together."""
+        goes at once: the assistant actors' calls meet in the pool and are batched together."""
         delay = self.config.cluster.summary_delay_s
         while self._summaries:
             busy = self._writes or time.monotonic() - self._last_write < WRITE_IDLE_S
@@ -226,26 +227,33 @@ class MemoryAPI:
                 await asyncio.sleep(0.05)
                 continue
             todo, self._summaries = self._summaries, []
-            merged: dict[tuple[str, int], list[int]] = defaultdict(list)
+            per_actor: dict[int, list[tuple[str, int]]] = defaultdict(list)
             for _, tenant, groups in todo:
                 for i, segs in groups.items():
-                    merged[(tenant, i)].extend(seg.id for seg in segs)
-            await asyncio.gather(*(self._summarise(tenant, i, ids) for (tenant, i), ids in merged.items()))
+                    per_actor[i].extend((tenant, seg.id) for seg in segs)
+            await asyncio.gather(*(self._summarise(i, pairs) for i, pairs in per_actor.items()))
 
-    async def _summarise(self, tenant: str, actor: int, segment_ids: list[int]) -> None:
-        """Summaries of closed segments for the router's global path (after the writes are acknowledged)."""
+    async def _summarise(self, actor: int, pairs: list[tuple[str, int]]) -> None:
+        """Summaries of closed segments for the router's global path (after the writes are acknowledged).
+
+        NOTE: one call at a time per assistant actor, at most SUMMARY_BATCH segments each, so that summaries
+        neither occupy every thread of the actor nor hold the pool for long against ask requests."""
         topo = await self.topology()
-        try:
-            summaries, bill = await self._actor("assistants", actor, "summarise", tenant, segment_ids)
-            METRICS.tokens.labels("summary", "prompt").inc(bill.prompt_tokens)
-            METRICS.tokens.labels("summary", "completion").inc(bill.completion_tokens)
-            if summaries:
-                vecs = await self._embed(list(summaries.values()))
-                router = topo.index("router", tenant)
-                await asyncio.gather(*(self._actor("router", router, "set_summary", tenant, sid, text, v)
-                                       for (sid, text), v in zip(summaries.items(), vecs, strict=True)))
-        except Exception:  # NOTE: a lost summary only weakens the global path; the segment stays routable
-            log.exception("summaries for %s failed", tenant)
+        for start in range(0, len(pairs), SUMMARY_BATCH):
+            wanted: dict[str, list[int]] = defaultdict(list)
+            for tenant, sid in pairs[start : start + SUMMARY_BATCH]:
+                wanted[tenant].append(sid)
+            try:
+                summaries, bill = await self._actor("assistants", actor, "summarise", dict(wanted))
+                METRICS.tokens.labels("summary", "prompt").inc(bill.prompt_tokens)
+                METRICS.tokens.labels("summary", "completion").inc(bill.completion_tokens)
+                for tenant, found in summaries.items():
+                    vecs = await self._embed(list(found.values()))
+                    router = topo.index("router", tenant)
+                    await asyncio.gather(*(self._actor("router", router, "set_summary", tenant, sid, text, v)
+                                           for (sid, text), v in zip(found.items(), vecs, strict=True)))
+            except Exception:  # NOTE: a lost summary only weakens the global path; the segment stays routable
+                log.exception("summaries on assistants-%d failed", actor)
 
     # -- reads -------------------------------------------------------------------------------
     @app.post("/v1/search", response_model=s.SearchResponse, summary="Memories and segments for a query")

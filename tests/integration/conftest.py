@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import pytest
 
 RAY = str(Path(sys.executable).with_name("ray"))
 NAMESPACE = "engram-test"
+STORAGE = Path(tempfile.mkdtemp(prefix="engram-state-"))  # the actors' journals for this test session
 
 
 def free_port() -> int:
@@ -40,7 +42,7 @@ def service_args(namespace: str = NAMESPACE) -> dict:
             "admission": {"mode": "store_all"},
             "episodic": {"segment_tokens": 160, "evidence_per_segment": 3},
             "cluster": {"namespace": namespace, "tier_shards": 2, "assistant_actors": 2, "router_shards": 1,
-                        "actor_call_timeout_s": 120},
+                        "actor_call_timeout_s": 120, "storage_dir": str(STORAGE), "snapshot_every": 50},
             "tiers": {"l1": {"capacity": 20}, "l2": {"capacity": 200}},
         },
         **{name: on_head for name in ("ingress", "embedder", "admission", "llm", "master")},
@@ -106,14 +108,23 @@ def ray_cluster():
 
 
 @pytest.fixture(scope="session")
-def service(ray_cluster):
+def serve_url(ray_cluster):
+    """Serve's HTTP proxy on a free loopback port (started once: later http_options would be ignored)."""
+    from ray import serve
+
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
+    yield f"http://127.0.0.1:{port}"
+    serve.shutdown()
+
+
+@pytest.fixture(scope="session")
+def service(serve_url):
     """The whole service on Serve; yields its base URL."""
     from ray import serve
 
     from serve.app import build_app
 
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
     serve.run(build_app(service_args()), name="engram", route_prefix="/")
-    yield f"http://127.0.0.1:{port}"
-    serve.shutdown()
+    yield serve_url
+    shutil.rmtree(STORAGE, ignore_errors=True)

@@ -34,7 +34,7 @@ def checkpoint(tmp_path_factory):
     return cache
 
 
-def test_deployment_decides_like_the_in_process_classifier(ray_cluster, checkpoint):
+def test_deployment_decides_like_the_in_process_classifier(serve_url, checkpoint):
     from ray import serve
 
     from serve.deployments import AdmissionService

@@ -479,7 +479,7 @@ def test_assistants_skip_segments_whose_lines_were_all_forgotten():
     assert len(engine.batches) == 1 and len(engine.batches[0]) == 1 and bill.calls == 1
     found, bill = ta.extract("a", [(s0.id, "Any apple?")])
     assert found == [[]] and bill.calls == 0 and len(engine.batches) == 1
-    assert ta.summarise("a", [s0.id]) == ({}, bill) and len(engine.batches) == 1
+    assert ta.summarise({"a": [s0.id]}) == ({}, bill) and len(engine.batches) == 1
 
 
 def test_assistants_tenant_isolation():
@@ -497,7 +497,7 @@ def test_assistants_tenant_isolation():
     assert not ta.has("b", segs_a[0].id) and ta.has("a", segs_a[0].id)
     a_lines = [list(s.lines) for s in segs_a[:2]]
     assert ta.forget("b", segs_a[0].turn_ids) == 0 and [s.lines for s in segs_a[:2]] == a_lines
-    assert ta.summarise("b", [segs_a[0].id]) == ({}, TokenBill())
+    assert ta.summarise({"b": [segs_a[0].id]}) == ({}, TokenBill())
     b_lines = len(segs_a[2].lines)
     assert ta.drop_tenant("b") == b_lines and ta.tenants() == ["a"]
     assert ta.extract("a", [(segs_a[0].id, "Any apple?")])[0][0]
@@ -509,9 +509,10 @@ def test_assistants_summarise_extract_from_and_drop_tenant():
     segs = assistant_segments("A")
     ta.add("a", segs)
     ids = [segs[0].id, segs[2].id, 999]
-    summaries, bill = ta.summarise("a", ids)
+    summaries, bill = ta.summarise({"a": ids})
     speaker = {s.id: s.lines[0].split("] ")[1].split(":")[0] for s in segs}
-    assert summaries == {i: f"about {speaker[i]}" for i in ids[:2]}
+    assert summaries == {"a": {i: f"about {speaker[i]}" for i in ids[:2]}}
+    summaries = summaries["a"]
     assert segs[0].summary == summaries[segs[0].id] and segs[2].summary == summaries[segs[2].id]
     assert segs[1].summary is None
     [batch] = engine.batches

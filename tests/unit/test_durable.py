@@ -1,0 +1,141 @@
+"""Write-ahead log + snapshots: a restarted core (same journal directory) is the core it was."""
+
+from __future__ import annotations
+
+import pickle
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from actors.durable import durable
+from actors.journal import HEADER, Journal
+from actors.tenant_assistants import TenantAssistants
+from actors.tenant_episodes import TenantEpisodes, TurnRecord
+from actors.tenant_tiers import TenantTiers
+from cluster.config import load_config
+from tests.doubles import HashingEncoder, ScriptedEngine
+
+DIM = 32
+ENC = HashingEncoder(DIM)
+Tiers = durable(TenantTiers, ("add", "delete"), compacting=("drop_tenant",))
+Episodes = durable(TenantEpisodes, ("append", "set_summary", "forget"), compacting=("drop_tenant",))
+Assistants = durable(TenantAssistants, ("add", "forget"), compacting=("drop_tenant",))
+
+
+def turns(n: int, start: int = 0, user: str = "ann") -> list[TurnRecord]:
+    t0 = datetime(2023, 5, 8, 13, 56)
+    return [TurnRecord(f"D{i}", "Ann", f"{user} fact {i}: the parcel code is {i * 7919 % 1000}", "1:56 pm",
+                       t0 + timedelta(minutes=i)) for i in range(start, start + n)]
+
+
+def tier_config():
+    return load_config("cpu", {"tiers": {"l1": {"capacity": 8}, "l2": {"capacity": 40}}}).tiers
+
+
+def add_turns(tiers, user: str, batch: list[TurnRecord]) -> None:
+    tiers.add(user, [t.turn_id for t in batch], [t.text for t in batch], ENC.encode([t.text for t in batch]),
+              [0.5] * len(batch), [{"speaker": t.speaker} for t in batch])
+
+
+# -- the journal ---------------------------------------------------------------------------------
+def test_journal_replays_what_was_appended_and_rotates_on_snapshot(tmp_path):
+    j = Journal(tmp_path)
+    for i in range(5):
+        j.append(("op", i))
+    assert list(Journal(tmp_path).replay()) == [("op", i) for i in range(5)]
+    j.snapshot({"state": 5})
+    j.append(("op", 5))
+    again = Journal(tmp_path)
+    assert again.generation == 1 and again.load_snapshot() == {"state": 5}
+    assert list(again.replay()) == [("op", 5)]
+    assert sorted(p.name for p in j.files()) == ["log-000001.wal", "snapshot-000001.pkl"]
+
+
+def test_a_torn_tail_is_cut_off_and_later_appends_follow_the_last_good_record(tmp_path):
+    j = Journal(tmp_path)
+    j.append("first")
+    j.append("second")
+    j.close()
+    log = tmp_path / "log-000000.wal"
+    whole = log.read_bytes()
+    body = pickle.dumps("third")
+    log.write_bytes(whole + HEADER.pack(len(body), 0) + body[:3])  # a write cut short by a crash
+    j2 = Journal(tmp_path)
+    assert list(j2.replay()) == ["first", "second"]
+    assert log.stat().st_size == len(whole)
+    j2.append("third")
+    assert list(Journal(tmp_path).replay()) == ["first", "second", "third"]
+
+
+def test_a_rotation_cut_before_its_log_exists_recovers_from_the_old_generation(tmp_path):
+    j = Journal(tmp_path)
+    j.append("kept")
+    j.close()
+    (tmp_path / "snapshot-000001.pkl").write_bytes(pickle.dumps("half-written rotation"))
+    again = Journal(tmp_path)
+    assert again.generation == 0 and again.load_snapshot() is None and list(again.replay()) == ["kept"]
+
+
+# -- durable cores -------------------------------------------------------------------------------
+@pytest.mark.parametrize("snapshot_every", [1_000, 7])
+def test_tier_shard_restarts_with_every_write_and_delete(tmp_path, snapshot_every):
+    live = Tiers(tier_config(), DIM, journal_dir=tmp_path, snapshot_every=snapshot_every)
+    for start in range(0, 30, 4):
+        add_turns(live, "ann", turns(4, start))
+    add_turns(live, "bob", turns(3, user="bob"))
+    live.delete("ann", ["D3"])
+    restarted = Tiers(tier_config(), DIM, journal_dir=tmp_path, snapshot_every=snapshot_every)
+    for user in ("ann", "bob"):
+        a, b = live.list(user, 0, 100), restarted.list(user, 0, 100)
+        assert [(m.id, m.tier, m.text) for m in a[0]] == [(m.id, m.tier, m.text) for m in b[0]] and a[1] == b[1]
+    q = ENC.encode(["parcel code is 7919"])[0]
+    assert [h.id for h in live.search("ann", "q", q, 5)] == [h.id for h in restarted.search("ann", "q", q, 5)]
+    assert restarted.get("ann", "D3") is None
+    if snapshot_every == 7:
+        assert restarted.recovered < 7  # most of it came from a snapshot
+
+
+def test_deleting_a_user_leaves_nothing_of_it_in_the_journal_files(tmp_path):
+    live = Tiers(tier_config(), DIM, journal_dir=tmp_path)
+    add_turns(live, "ann", turns(5))
+    add_turns(live, "bob", turns(5, user="bob"))
+    assert live.drop_tenant("ann") == 5
+    blob = b"".join(Path(p).read_bytes() for p in live.journal_files())
+    assert b"ann fact" not in blob and b"bob fact" in blob
+    restarted = Tiers(tier_config(), DIM, journal_dir=tmp_path)
+    assert restarted.list("ann")[1] == 0 and restarted.list("bob")[1] == 5
+
+
+def test_router_restarts_with_its_segments_summaries_and_open_segment(tmp_path):
+    config = load_config("cpu", {"episodic": {"segment_tokens": 64}})
+    live = Episodes(config, DIM, journal_dir=tmp_path, snapshot_every=5)
+    closed = []
+    for start in range(0, 40, 6):
+        batch = turns(6, start)
+        closed += live.append("ann", batch, ENC.encode([t.line for t in batch]), [True] * len(batch))
+    assert len(closed) >= 3
+    live.set_summary("ann", closed[0].id, "parcel codes of Ann", ENC.encode(["parcel codes of Ann"])[0])
+    live.forget("ann", ["D39"])
+    restarted = Episodes(config, DIM, journal_dir=tmp_path, snapshot_every=5)
+    q = "what is the parcel code of fact 12?"
+    a, b = live.route("ann", q, ENC.encode([q])[0]), restarted.route("ann", q, ENC.encode([q])[0])
+    assert a.activations == b.activations and a.segments == b.segments
+    assert a.open_segment.turn_ids == b.open_segment.turn_ids and "D39" not in b.open_segment.turn_ids
+    np.testing.assert_allclose(live.context("ann"), restarted.context("ann"))
+
+
+def test_assistants_restart_with_their_segments_and_the_new_engine(tmp_path):
+    config = load_config("cpu", {"episodic": {"segment_tokens": 64}})
+    episodes = TenantEpisodes(config, DIM)
+    batch = turns(30)
+    segments = episodes.append("ann", batch, ENC.encode([t.line for t in batch]), [True] * 30)
+    live = Assistants(ScriptedEngine(), journal_dir=tmp_path, snapshot_every=1)
+    live.add("ann", segments)
+    live.forget("ann", [segments[0].turn_ids[0]])
+    engine = ScriptedEngine()
+    restarted = Assistants(engine, journal_dir=tmp_path, snapshot_every=1)
+    pairs = [(s.id, "parcel code?") for s in segments]
+    found, _ = restarted.extract("ann", pairs)
+    assert found == live.extract("ann", pairs)[0] and engine.batches, "the restored hosts use the new engine"
