@@ -70,6 +70,7 @@ class _Stream:
     encoder: KnownVectors
     recent: deque = field(default_factory=deque)
     meta: dict[int, tuple[datetime, datetime, list[str]]] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)  # turn ids appended so far: a retried write is not doubled
 
 
 @contextmanager
@@ -129,10 +130,16 @@ class TenantEpisodes:
     def append(
         self, tenant: str, turns: Sequence[TurnRecord], vectors: np.ndarray, admitted: Sequence[bool]
     ) -> list[Segment]:
-        """Add a batch of turns in order; admitted ones enter the segments. Returns the segments closed."""
+        """Add a batch of turns in order; admitted ones enter the segments. Returns the segments closed.
+
+        A turn id seen before is skipped, so a client may resend a batch whose acknowledgement it did not get
+        (the stream keeps a turn's first version; the tier shard keeps its latest)."""
         s = self._stream(tenant, create=True)
         closed: list[Segment] = []
         for turn, vec, keep in zip(turns, vectors, admitted, strict=True):
+            if turn.turn_id in s.seen:  # NOTE: a client retrying a write that failed half-way (idempotent)
+                continue
+            s.seen.add(turn.turn_id)
             s.recent.append(np.asarray(vec, np.float32))
             if keep:
                 s.encoder.known[turn.line] = np.asarray(vec, np.float32)
@@ -158,6 +165,14 @@ class TenantEpisodes:
         meta = {a.segment_id: s.meta[a.segment_id] for a in activations}
         open_seg = s.segmenter.current() if self.config.router.include_newest else None
         return RouteResult(activations, meta, open_seg if open_seg and open_seg.lines else None)
+
+    def turn_ids(self, tenant: str) -> set[str]:
+        """Every turn id in the tenant's segments (closed and open)."""
+        s = self._stream(tenant)
+        if s is None:
+            return set()
+        ids = {t for _, _, turn_ids in s.meta.values() for t in turn_ids}
+        return ids | set(cur.turn_ids) if (cur := s.segmenter.current()) is not None else ids
 
     def set_summary(self, tenant: str, segment_id: int, summary: str, vector: np.ndarray) -> bool:
         """Attach a segment's summary (router's global path); False if the tenant or segment is gone."""

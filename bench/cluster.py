@@ -25,8 +25,9 @@ import asyncio
 import json
 import logging
 import os
-import socket
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,17 +38,12 @@ from tqdm import tqdm
 from bench.common import emit_json, parse_int_list, percentiles_ms, setup_logging
 from bench.locomo_data import load_locomo
 from cluster.config import load_config
+from cluster.local_cluster import free_port
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def turn_body(conv_id: str, turns: list) -> dict[str, Any]:
@@ -108,6 +104,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=32, help="turns per ingest request")
     parser.add_argument("--admission", choices=("store_all", "classifier"), default="store_all")
     parser.add_argument("--backend", choices=("vllm", "transformers"), default="vllm")
+    parser.add_argument("--storage", type=Path, default=None,
+                        help="actors' journal directory (default: a fresh temporary one; durability on, as served)")
+    parser.add_argument("--no-journal", action="store_true", help="actors keep their state in memory only")
     parser.add_argument("--out", type=Path, default=None, help="results folder (default: results/cluster)")
     args = parser.parse_args(argv)
     setup_logging()
@@ -123,12 +122,13 @@ def main(argv: list[str] | None = None) -> None:
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    storage = None if args.no_journal else str(args.storage or tempfile.mkdtemp(prefix="engram-bench-state-"))
     t0 = time.perf_counter()
     ray.init(include_dashboard=False, namespace="bench", log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_app({"profile": "cpu", "config": {
         "admission": {"mode": args.admission}, "engine": {"backend": args.backend},
-        "cluster": {"namespace": f"bench-{port}"}}}), name="engram", route_prefix="/")
+        "cluster": {"namespace": f"bench-{port}", "storage_dir": storage}}}), name="engram", route_prefix="/")
     startup_s = time.perf_counter() - t0
     try:
         with httpx.Client(base_url=url, timeout=600) as client:  # NOTE: waits until every actor is up and warm
@@ -173,9 +173,12 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         serve.shutdown()
         ray.shutdown()
+        if storage is not None and args.storage is None:
+            shutil.rmtree(storage, ignore_errors=True)
 
     payload = {
         "conversations": len(convs), "turns_loaded": turns_loaded, "admission": args.admission,
+        "journal": storage is not None,
         "backend": args.backend, "startup_s": startup_s, "summaries_wait_s": summaries_wait_s,
         "ingest_turns_per_s": ingest, "embed_only_per_s": embed_only, "ingest_over_embed": ingest / embed_only,
         "search_p50_ms": {k: v["p50"] for k, v in search.items()},
@@ -194,7 +197,8 @@ def main(argv: list[str] | None = None) -> None:
 def markdown(p: dict[str, Any]) -> str:
     rows = [
         ("startup (s)", f"{p['startup_s']:.1f}"),
-        (f"ingest, 1 conversation over HTTP (turns/s, admission {p['admission']})", f"{p['ingest_turns_per_s']:.1f}"),
+        (f"ingest, 1 conversation over HTTP (turns/s, admission {p['admission']}, journal {p['journal']})",
+         f"{p['ingest_turns_per_s']:.1f}"),
         ("embedding only, same batches (turns/s)", f"{p['embed_only_per_s']:.1f}"),
         ("ingest / embedding only", f"{p['ingest_over_embed']:.2f}"),
         (f"turns loaded ({p['conversations']} conversations)", str(p["turns_loaded"])),

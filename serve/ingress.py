@@ -38,7 +38,8 @@ from serve.metrics import Metrics
 
 log = logging.getLogger(__name__)
 VERSION = "0.1.0"
-SUMMARY_BATCH = 8  # segments per summary call (each a ~1,000-token prompt)
+SUMMARY_BATCH = 4  # segments per summary call (each a ~1,000-token prompt: ~4 s on 2 CPU cores)
+SUMMARY_TIMEOUT_S = 900.0  # background work: a slow pool is not an error
 WRITE_IDLE_S = 1.0  # writes count as paused once none has run for this long (summaries wait for a pause)
 
 app = FastAPI(
@@ -130,12 +131,13 @@ class MemoryAPI:
                 self._topology = Topology.start(self.config, dim=dim, app_name=self.app_name)
         return self._topology
 
-    async def _actor(self, kind: str, i: int, method: str, *args: Any) -> Any:
+    async def _actor(self, kind: str, i: int, method: str, *args: Any, timeout: float | None = None) -> Any:
         """``actors[kind][i].method(*args)``; an actor whose node is gone is revived once (then retried)."""
         topo = await self.topology()
         for attempt in range(2):
             try:
-                return await asyncio.wait_for(getattr(topo.actors[kind][i], method).remote(*args), self.timeout)
+                return await asyncio.wait_for(getattr(topo.actors[kind][i], method).remote(*args),
+                                              timeout or self.timeout)
             except (ActorUnschedulableError, ActorDiedError) as e:
                 error = e
                 if attempt == 0:
@@ -244,7 +246,8 @@ class MemoryAPI:
             for tenant, sid in pairs[start : start + SUMMARY_BATCH]:
                 wanted[tenant].append(sid)
             try:
-                summaries, bill = await self._actor("assistants", actor, "summarise", dict(wanted))
+                summaries, bill = await self._actor("assistants", actor, "summarise", dict(wanted),
+                                                    timeout=SUMMARY_TIMEOUT_S)
                 METRICS.tokens.labels("summary", "prompt").inc(bill.prompt_tokens)
                 METRICS.tokens.labels("summary", "completion").inc(bill.completion_tokens)
                 for tenant, found in summaries.items():

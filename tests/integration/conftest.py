@@ -8,27 +8,17 @@ its own process group so that ``test_worker_loss`` can kill it by its own proces
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-RAY = str(Path(sys.executable).with_name("ray"))
+from cluster.local_cluster import RAY, LocalCluster, alive_nodes, free_port
+
 NAMESPACE = "engram-test"
 STORAGE = Path(tempfile.mkdtemp(prefix="engram-state-"))  # the actors' journals for this test session
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def service_args(namespace: str = NAMESPACE) -> dict:
@@ -49,49 +39,13 @@ def service_args(namespace: str = NAMESPACE) -> dict:
     }
 
 
-class Cluster:
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.worker: subprocess.Popen | None = None
-        self.env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
-
-    def start_head(self) -> None:
-        subprocess.run([RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={self.port}",
-                        "--num-cpus=2", '--resources={"engram_head": 1000}', "--include-dashboard=false",
-                        "--disable-usage-stats"], check=True, env=self.env, capture_output=True)
-
-    def start_worker(self) -> None:
-        self.worker = subprocess.Popen(
-            [RAY, "start", f"--address={self.address}", "--node-ip-address=127.0.0.1", "--num-cpus=1", "--block",
-             "--disable-usage-stats"],
-            env=self.env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-
-    def kill_worker(self) -> None:
-        """SIGKILL the worker node's whole process group (its raylet, workers and actors)."""
-        if self.worker is not None and self.worker.poll() is None:
-            os.killpg(self.worker.pid, signal.SIGKILL)
-            self.worker.wait(timeout=30)
-
-    def stop(self) -> None:
-        self.kill_worker()
-        subprocess.run([RAY, "stop", "--force"], env=self.env, capture_output=True)
-
-
-def alive_nodes() -> list[dict]:
-    import ray
-
-    return [n for n in ray.nodes() if n["Alive"]]
-
-
 @pytest.fixture(scope="session")
 def ray_cluster():
     if shutil.which(RAY) is None:
         pytest.fail(f"{RAY} not found: install the project first (bash install.sh)")
     import ray
 
-    cluster = Cluster()
+    cluster = LocalCluster()
     cluster.start_head()
     cluster.start_worker()
     try:

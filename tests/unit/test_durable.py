@@ -139,3 +139,18 @@ def test_assistants_restart_with_their_segments_and_the_new_engine(tmp_path):
     pairs = [(s.id, "parcel code?") for s in segments]
     found, _ = restarted.extract("ann", pairs)
     assert found == live.extract("ann", pairs)[0] and engine.batches, "the restored hosts use the new engine"
+
+
+def test_a_resent_batch_does_not_double_the_stream(tmp_path):
+    """A write that failed after the router applied it is resent by the client: nothing is added twice."""
+    config = load_config("cpu", {"episodic": {"segment_tokens": 64}})
+    once, twice = TenantEpisodes(config, DIM), Episodes(config, DIM, journal_dir=tmp_path)
+    batches = [turns(5, start) for start in range(0, 30, 5)]
+    for b in batches:
+        once.append("ann", b, ENC.encode([t.line for t in b]), [True] * 5)
+        for _ in range(2):
+            twice.append("ann", b, ENC.encode([t.line for t in b]), [True] * 5)
+    restarted = Episodes(config, DIM, journal_dir=tmp_path)
+    assert once.turn_ids("ann") == twice.turn_ids("ann") == restarted.turn_ids("ann") == {f"D{i}" for i in range(30)}
+    assert once._streams["ann"].meta == restarted._streams["ann"].meta
+    np.testing.assert_allclose(once.context("ann"), restarted.context("ann"))
