@@ -8,6 +8,8 @@ from actors.tenant_assistants import TenantAssistants
 from actors.tenant_episodes import TenantEpisodes
 from actors.tenant_tiers import TenantTiers
 
-TierShardActor = ray.remote(durable(TenantTiers, ("add", "delete"), compacting=("drop_tenant",)))
-RouterActor = ray.remote(durable(TenantEpisodes, ("append", "set_summary", "forget"), compacting=("drop_tenant",)))
-AssistantActor = ray.remote(durable(TenantAssistants, ("add", "forget"), compacting=("drop_tenant",)))
+DROP = ("drop_tenant",)  # deleting a user compacts the journal at once
+
+TierShardActor = ray.remote(durable(TenantTiers, ("add", "delete"), compacting=DROP))
+RouterActor = ray.remote(durable(TenantEpisodes, ("append", "delivered", "set_summary", "forget"), compacting=DROP))
+AssistantActor = ray.remote(durable(TenantAssistants, ("add", "forget"), compacting=DROP))

@@ -49,6 +49,10 @@ class TenantAssistants:
         host.add(segments)
         return len(host)
 
+    def segment_ids(self, tenant: str) -> set[int]:
+        host = self._host(tenant)
+        return set() if host is None else host.segment_ids
+
     def has(self, tenant: str, segment_id: int) -> bool:
         host = self._host(tenant)
         return host is not None and segment_id in host.segment_ids

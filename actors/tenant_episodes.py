@@ -71,6 +71,7 @@ class _Stream:
     recent: deque = field(default_factory=deque)
     meta: dict[int, tuple[datetime, datetime, list[str]]] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)  # turn ids appended so far: a retried write is not doubled
+    pending: dict[int, Segment] = field(default_factory=dict)  # closed, not yet confirmed held by an assistant
 
 
 @contextmanager
@@ -130,7 +131,8 @@ class TenantEpisodes:
     def append(
         self, tenant: str, turns: Sequence[TurnRecord], vectors: np.ndarray, admitted: Sequence[bool]
     ) -> list[Segment]:
-        """Add a batch of turns in order; admitted ones enter the segments. Returns the segments closed.
+        """Add a batch of turns in order; admitted ones enter the segments. Returns every closed segment not yet
+        confirmed by :meth:`delivered` (those this batch closed, and any an earlier write failed to deliver).
 
         A turn id seen before is skipped, so a client may resend a batch whose acknowledgement it did not get
         (the stream keeps a turn's first version; the tier shard keeps its latest)."""
@@ -148,13 +150,14 @@ class TenantEpisodes:
             s.router.add(closed)
             for seg in closed:
                 s.meta[seg.id] = (seg.start, seg.end, list(seg.turn_ids))
+                s.pending[seg.id] = seg
             # NOTE: keep vectors only for lines a future segment can still hold: the open one and the carry
             # (the carry is a tail of the last closed segment).
             still = set(closed[-1].lines)
             if (cur := s.segmenter.current()) is not None:
                 still.update(cur.lines)
             s.encoder.known = {line: v for line, v in s.encoder.known.items() if line in still}
-        return closed
+        return list(s.pending.values())
 
     def route(self, tenant: str, question: str, vector: np.ndarray) -> RouteResult:
         s = self._stream(tenant)
@@ -165,6 +168,17 @@ class TenantEpisodes:
         meta = {a.segment_id: s.meta[a.segment_id] for a in activations}
         open_seg = s.segmenter.current() if self.config.router.include_newest else None
         return RouteResult(activations, meta, open_seg if open_seg and open_seg.lines else None)
+
+    def delivered(self, tenant: str, segment_ids: Sequence[int]) -> None:
+        """The assistants hold these segments now: stop handing them out."""
+        s = self._stream(tenant)
+        for sid in segment_ids if s is not None else ():
+            s.pending.pop(sid, None)
+
+    def segment_ids(self, tenant: str) -> list[int]:
+        """Ids of the tenant's closed segments, oldest first."""
+        s = self._stream(tenant)
+        return [] if s is None else list(s.meta)
 
     def turn_ids(self, tenant: str) -> set[str]:
         """Every turn id in the tenant's segments (closed and open)."""

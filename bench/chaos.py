@@ -141,13 +141,14 @@ def write_all(url: str, work: list[tuple[str, list[dict]]], writers: int, progre
 
 
 def verify(url: str, acked: dict[str, set[str]], config: Any) -> dict[str, int]:
-    """Acknowledged turns missing from the tier memories / from the episodic streams."""
+    """Acknowledged turns missing from the tier memories / the episodic streams, and closed segments that no
+    assistant actor holds."""
     import ray
 
     from cluster.topology import Topology
 
     topo = Topology.connect(config)
-    missing_tier = missing_episodes = found = 0
+    missing_tier = missing_episodes = missing_segments = found = 0
     with httpx.Client(base_url=url, timeout=120) as client:
         for user, ids in acked.items():
             listed: set[str] = set()
@@ -159,10 +160,14 @@ def verify(url: str, acked: dict[str, set[str]], config: Any) -> dict[str, int]:
                 if offset >= page["total"] or not page["memories"]:
                     break
             in_stream = ray.get(topo.router_for(user).turn_ids.remote(user), timeout=60)
+            closed = set(ray.get(topo.router_for(user).segment_ids.remote(user), timeout=60))
+            held = set().union(*ray.get([a.segment_ids.remote(user) for a in topo.assistants], timeout=60))
+            missing_segments += len(closed - held)
             missing_tier += len(ids - listed)
             missing_episodes += len(ids - in_stream)
             found += len(ids & listed & in_stream)
-    return {"turns_found": found, "missing_tier": missing_tier, "missing_episodes": missing_episodes}
+    return {"turns_found": found, "missing_tier": missing_tier, "missing_episodes": missing_episodes,
+            "missing_segments": missing_segments}
 
 
 def workload(turns: int, tenants: int, data: Path, prefix: str = "user") -> list[tuple[str, list[dict]]]:
@@ -211,7 +216,7 @@ def run(url: str, config: Any, *, turns: int, kill_every: float, tenants: int, w
     rec = np.asarray(killer.recovery_s) if killer.recovery_s else np.asarray([np.nan])
     return {
         "turns_acked": total, "turns_found": counts["turns_found"],
-        "lost": counts["missing_tier"] + counts["missing_episodes"], **counts,
+        "lost": counts["missing_tier"] + counts["missing_episodes"], **counts,  # missing_segments: apart
         "kills": killer.kills, "kill_errors": len(killer.errors),
         "recovery_s_p50": float(np.nanpercentile(rec, 50)), "recovery_s_max": float(np.nanmax(rec)),
         "ingest_s": ingest_s,

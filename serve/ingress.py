@@ -193,6 +193,7 @@ class MemoryAPI:
             for seg in closed:
                 groups[topo.assistant_index(tenant, seg.id)].append(seg)
             await asyncio.gather(*(self._actor("assistants", i, "add", tenant, segs) for i, segs in groups.items()))
+            await self._actor("router", router, "delivered", tenant, [seg.id for seg in closed])
             if self.config.cluster.summaries:
                 self._queue_summaries(tenant, groups)
         for d, a in zip(decisions, admitted, strict=True):

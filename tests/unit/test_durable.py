@@ -20,7 +20,7 @@ from tests.doubles import HashingEncoder, ScriptedEngine
 DIM = 32
 ENC = HashingEncoder(DIM)
 Tiers = durable(TenantTiers, ("add", "delete"), compacting=("drop_tenant",))
-Episodes = durable(TenantEpisodes, ("append", "set_summary", "forget"), compacting=("drop_tenant",))
+Episodes = durable(TenantEpisodes, ("append", "delivered", "set_summary", "forget"), compacting=("drop_tenant",))
 Assistants = durable(TenantAssistants, ("add", "forget"), compacting=("drop_tenant",))
 
 
@@ -151,6 +151,27 @@ def test_a_resent_batch_does_not_double_the_stream(tmp_path):
         for _ in range(2):
             twice.append("ann", b, ENC.encode([t.line for t in b]), [True] * 5)
     restarted = Episodes(config, DIM, journal_dir=tmp_path)
+    for stream in (once, twice, restarted):
+        stream._streams["ann"].pending.clear()  # delivery is checked below
     assert once.turn_ids("ann") == twice.turn_ids("ann") == restarted.turn_ids("ann") == {f"D{i}" for i in range(30)}
     assert once._streams["ann"].meta == restarted._streams["ann"].meta
     np.testing.assert_allclose(once.context("ann"), restarted.context("ann"))
+
+
+def test_segments_are_handed_out_until_their_delivery_is_confirmed(tmp_path):
+    """A write whose assistant call failed after the router closed a segment: the resend delivers it."""
+    config = load_config("cpu", {"episodic": {"segment_tokens": 64}})
+    stream = Episodes(config, DIM, journal_dir=tmp_path)
+    first = turns(12)
+    closed = stream.append("ann", first, ENC.encode([t.line for t in first]), [True] * 12)
+    assert closed, "the batch closed a segment"
+    # ... the assistant actor did not answer; the client resends the same batch:
+    again = Episodes(config, DIM, journal_dir=tmp_path).append("ann", first, ENC.encode([t.line for t in first]),
+                                                              [True] * 12)
+    assert [s.id for s in again] == [s.id for s in closed]
+    stream = Episodes(config, DIM, journal_dir=tmp_path)
+    stream.delivered("ann", [s.id for s in closed])
+    nxt = turns(3, 12)
+    assert all(s.id not in {c.id for c in closed} for s in stream.append("ann", nxt, ENC.encode([t.line for t in nxt]),
+                                                                           [True] * 3))
+    assert Episodes(config, DIM, journal_dir=tmp_path)._streams["ann"].pending.keys().isdisjoint(s.id for s in closed)

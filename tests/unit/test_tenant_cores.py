@@ -242,6 +242,7 @@ def test_episodes_segments_match_batch_segmenter_on_admitted_turns_only():
             break
         sl = slice(pos, pos + size)
         got = te.append("u", stream[sl], v[sl], admitted[sl])
+        te.delivered("u", [g.id for g in got])  # as the ingress does once the assistants hold them
         closed += got
         last_closed = got[-1] if got else last_closed
         pos += size
@@ -373,7 +374,9 @@ def test_episodes_question_equal_to_a_stored_line_keeps_its_vector():
     assert np.array_equal(te._streams["u"].encoder.known[line], v[i])
     closed = []
     for k in range(30, 40):  # close the segment that holds the line: its vector must still be known
-        closed += te.append("u", a[k : k + 1], v[k : k + 1], [True])
+        got = te.append("u", a[k : k + 1], v[k : k + 1], [True])
+        te.delivered("u", [g.id for g in got])
+        closed += got
     holder = next(s for s in closed if a[i].turn_id in s.turn_ids)
     [best] = [act for act in te.route("u", "x", v[i]).activations if "vec" in act.paths]
     assert best.segment_id == holder.id and best.scores["vec"] == pytest.approx(1.0, abs=1e-5)
@@ -387,7 +390,9 @@ def test_episodes_forget_open_segment_and_pending_overlap():
     te = TenantEpisodes(ep_config(), DIM, count_tokens=words)
 
     def add(*turns):
-        return te.append("u", list(turns), vecs(turns), [True] * len(turns))
+        got = te.append("u", list(turns), vecs(turns), [True] * len(turns))
+        te.delivered("u", [g.id for g in got])
+        return got
 
     seen: list[str] = []
     [first] = add(t("a", 30), t("b", 30), t("c", 4))  # exactly 64: closes, c waits as overlap

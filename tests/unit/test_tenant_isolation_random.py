@@ -43,6 +43,7 @@ def test_ten_thousand_random_operations_never_cross_tenants():
                       [{"owner": tenant}] * len(turns))
             closed = episodes.append(tenant, turns, vecs, [True] * len(turns))
             assistants.add(tenant, closed)
+            episodes.delivered(tenant, [seg.id for seg in closed])
         elif op < 0.75:  # search the tiers
             q = f"{rng.choice(WORDS)} {rng.choice(WORDS)}"
             for hit in tiers.search(tenant, q, ENC.encode([q])[0], 10):
