@@ -78,6 +78,7 @@ class MasterService:
         self.master = Master(engine, max_tokens=ep.answer_max_tokens, not_mentioned=ep.not_mentioned)
         self.budget = prompt_budget(engine.max_model_len, ep.answer_max_tokens)
         self.count = TokenizerCounter(cfg.engine)
+        self.count("warm up")  # NOTE: load the tokenizer now, not under the first requests
         self.max_evidence = ep.master_evidence
 
     async def answer(self, question: str, evidence: Sequence[Evidence], category: int | None = None) -> MasterAnswer:

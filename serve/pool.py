@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from serve.engine import GenerationRequest, GenerationResult, build_engine
 from serve.engine_config import EngineConfig
 
 LLM_POOL = "LLMPool"
+_LOAD_LOCK = threading.Lock()
 
 
 def use_cores(n: int | None) -> None:
@@ -126,12 +128,17 @@ class TokenizerCounter:
 
     def __call__(self, text: str) -> int:
         if self._count is None:
-            from transformers import AutoTokenizer
-
-            from cluster.smollm import resolve_model
-
-            tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.model, self.cache_dir))
-            self._count = functools.lru_cache(maxsize=1 << 16)(
-                lambda t: len(tokenizer(t, add_special_tokens=False).input_ids)
-            )
+            # NOTE: threads (asyncio.to_thread callers) may arrive together; transformers' lazy imports are not
+            # safe to race ("cannot import name 'AutoTokenizer'", seen under load).
+            with _LOAD_LOCK:
+                if self._count is None:
+                    self._count = self._load()
         return self._count(text)
+
+    def _load(self) -> Any:
+        from transformers import AutoTokenizer
+
+        from cluster.smollm import resolve_model
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.model, self.cache_dir))
+        return functools.lru_cache(maxsize=1 << 16)(lambda t: len(tokenizer(t, add_special_tokens=False).input_ids))
