@@ -371,6 +371,10 @@ class ClusterConfig(_Section):
         30.0, ge=0, le=3600,
         description="Segment summaries run when writes pause (none for 1 s), or once the oldest has waited this long.",
     )
+    ask_timeout_s: float = Field(
+        300.0, gt=0, le=3600,
+        description="Longest wait for the assistants' evidence of one question (they queue on the small-model pool).",
+    )
     actor_call_timeout_s: float = Field(
         60.0, gt=0, le=3600, description="Longest wait for one actor call before the request fails with 503."
     )

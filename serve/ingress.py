@@ -30,7 +30,7 @@ from actors.episodic import dedupe_evidence
 from actors.tenant_episodes import RouteResult, TurnRecord
 from cluster.config import EngramConfig
 from cluster.errors import ConflictError, NotFoundError, UnavailableError
-from cluster.topology import Topology
+from cluster.topology import ASSISTANT_WRITES, WRITES, Topology
 from serve import schemas as s
 from serve.engine import TokenBill
 from serve.errors import install_error_handlers
@@ -135,9 +135,11 @@ class MemoryAPI:
         """``actors[kind][i].method(*args)``; an actor whose node is gone is revived once (then retried)."""
         topo = await self.topology()
         for attempt in range(2):
+            call = getattr(topo.actors[kind][i], method)
+            if kind == "assistants" and method in ASSISTANT_WRITES:
+                call = call.options(concurrency_group=WRITES)
             try:
-                return await asyncio.wait_for(getattr(topo.actors[kind][i], method).remote(*args),
-                                              timeout or self.timeout)
+                return await asyncio.wait_for(call.remote(*args), timeout or self.timeout)
             except (ActorUnschedulableError, ActorDiedError) as e:
                 error = e
                 if attempt == 0:
@@ -282,12 +284,14 @@ class MemoryAPI:
         groups: dict[int, list[int]] = defaultdict(list)
         for rank, a in enumerate(route.activations):
             groups[topo.assistant_index(tenant, a.segment_id)].append(rank)
+        wait = self.config.cluster.ask_timeout_s
         calls = [self._actor("assistants", i, "extract", tenant,
-                             [(route.activations[r].segment_id, req.question) for r in ranks])
+                             [(route.activations[r].segment_id, req.question) for r in ranks], timeout=wait)
                  for i, ranks in groups.items()]
         if route.open_segment is not None:
             i = topo.assistant_index(tenant, route.open_segment.id)
-            calls.append(self._actor("assistants", i, "extract_from", [route.open_segment], req.question))
+            calls.append(self._actor("assistants", i, "extract_from", [route.open_segment], req.question,
+                                     timeout=wait))
         results = await asyncio.gather(*calls)
         by_rank: dict[int, list[Evidence]] = {}
         bill = TokenBill()
