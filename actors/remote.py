@@ -9,7 +9,10 @@ from actors.tenant_episodes import TenantEpisodes
 from actors.tenant_tiers import TenantTiers
 
 DROP = ("drop_tenant",)  # deleting a user compacts the journal at once
+WRITES = "writes"  # assistant actors: writes run in their own threads, never behind extractions waiting on the pool
+ASSISTANT_WRITES = frozenset({"add", "forget", "drop_tenant", "ping"})
 
 TierShardActor = ray.remote(durable(TenantTiers, ("add", "delete"), compacting=DROP))
 RouterActor = ray.remote(durable(TenantEpisodes, ("append", "delivered", "set_summary", "forget"), compacting=DROP))
-AssistantActor = ray.remote(durable(TenantAssistants, ("add", "forget"), compacting=DROP))
+AssistantActor = ray.remote(concurrency_groups={WRITES: 2})(
+    durable(TenantAssistants, ("add", "forget"), compacting=DROP))

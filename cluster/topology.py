@@ -23,9 +23,6 @@ from cluster.config import EngramConfig
 from cluster.errors import UnavailableError
 from serve.pool import PoolEngine, TokenizerCounter
 
-WRITES = "writes"  # the assistant actors' concurrency group for add / forget / drop_tenant
-ASSISTANT_WRITES = frozenset({"add", "forget", "drop_tenant", "ping"})
-
 
 def stable_hash(key: str) -> int:
     """A hash that is the same in every process (Python's ``hash`` of a str is salted per process).
@@ -104,7 +101,6 @@ class Topology:
             return RouterActor.options(**options).remote(config, self.dim, count_tokens=TokenizerCounter(config.engine),
                                                          **journal)
         options["max_concurrency"] = 8  # NOTE: assistants wait on the pool; they only read held segments meanwhile
-        options["concurrency_groups"] = {WRITES: 2}  # writes never queue behind extractions waiting on the pool
         return AssistantActor.options(**options).remote(
             PoolEngine.for_config(config.engine, self.app_name), evidence_per_segment=ep.evidence_per_segment,
             summary_max_tokens=ep.summary_max_tokens, **journal)

@@ -27,10 +27,11 @@ from ray.exceptions import ActorDiedError, ActorUnschedulableError, GetTimeoutEr
 from actors.admission import Decision, content_type_rule
 from actors.assistant import Evidence
 from actors.episodic import dedupe_evidence
+from actors.remote import ASSISTANT_WRITES, WRITES
 from actors.tenant_episodes import RouteResult, TurnRecord
 from cluster.config import EngramConfig
 from cluster.errors import ConflictError, NotFoundError, UnavailableError
-from cluster.topology import ASSISTANT_WRITES, WRITES, Topology
+from cluster.topology import Topology
 from serve import schemas as s
 from serve.engine import TokenBill
 from serve.errors import install_error_handlers
