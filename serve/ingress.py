@@ -171,7 +171,9 @@ class MemoryAPI:
         tenant, now = req.user_id, datetime.now(UTC)
         turns = []
         for t in req.turns:
+            # NOTE: one clock for every turn: a time without a zone is taken as UTC (sorting evidence compares them)
             ts = t.timestamp or now
+            ts = ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
             turns.append(TurnRecord(t.id or uuid.uuid4().hex, t.speaker, t.text, t.date_time or format_date_time(ts),
                                     ts))
         ids = [t.turn_id for t in turns]

@@ -169,3 +169,20 @@ def test_a_new_driver_reattaches_to_the_named_actors(ingested, ray_cluster):
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result == {"total": TURNS - 1, "namespace": NAMESPACE}  # one was deleted above
+
+
+def test_turns_with_and_without_a_time_zone_mix_in_one_answer(client):
+    """Naive times (LoCoMo's) and defaulted ones (now, UTC) end up in one evidence list: both are UTC."""
+    r = client.post("/v1/turns", json={"user_id": "clock", "turns": [
+        {"id": "a", "speaker": "Ann", "text": "My bike is in the blue shed.", "timestamp": "2023-05-08T13:56:00"},
+        {"id": "b", "speaker": "Ann", "text": "The blue shed key is under the mat.",
+         "timestamp": "2023-05-09T10:00:00+02:00"},
+        {"id": "c", "speaker": "Ann", "text": "I moved the bike to the blue shed again."}]})
+    assert r.status_code == 200, r.text
+    r = client.post("/v1/ask", json={"user_id": "clock", "question": "Where is the bike?"})
+    assert r.status_code == 200, r.text
+    stored = {m["id"]: m["metadata"]["timestamp"] for m in
+              client.get("/v1/memories", params={"user_id": "clock"}).json()["memories"]}
+    assert stored["a"] == "2023-05-08T13:56:00+00:00" and stored["b"] == "2023-05-09T08:00:00+00:00"
+    assert stored["c"].endswith("+00:00")
+    assert client.delete("/v1/users/clock").status_code == 200
