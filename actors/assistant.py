@@ -12,7 +12,7 @@ All requests of one call go to the engine as one batch.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import KeysView, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -74,8 +74,9 @@ class AssistantHost:
         return self._segments[segment_id]
 
     @property
-    def segment_ids(self) -> set[int]:
-        return set(self._segments)
+    def segment_ids(self) -> KeysView[int]:
+        """A live view of the held segment ids (O(1) membership; copy it to keep or send it)."""
+        return self._segments.keys()
 
     def forget(self, turn_ids: Sequence[str]) -> int:
         """Remove these turns' lines from every held segment; returns how many lines were removed."""

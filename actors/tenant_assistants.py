@@ -51,7 +51,7 @@ class TenantAssistants:
 
     def segment_ids(self, tenant: str) -> set[int]:
         host = self._host(tenant)
-        return set() if host is None else host.segment_ids
+        return set() if host is None else set(host.segment_ids)
 
     def has(self, tenant: str, segment_id: int) -> bool:
         host = self._host(tenant)

@@ -112,9 +112,8 @@ class TenantTiers:
             if skip >= len(tier):
                 skip -= len(tier)
                 continue
-            items = tier.items()[skip:]
+            out.extend(StoredMemory.of(tier.name, it) for it in tier.items(skip, skip + limit - len(out)))
             skip = 0
-            out.extend(StoredMemory.of(tier.name, it) for it in items[: limit - len(out)])
             if len(out) >= limit:
                 break
         return out, total

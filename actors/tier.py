@@ -206,8 +206,10 @@ class TierShard:
         slot = self._slot_of.get(item_id)
         return None if slot is None else self._item_at(slot)
 
-    def items(self) -> list[MemoryItem]:
-        return [self._item_at(s) for s in sorted(self._slot_of.values(), key=lambda s: self.seq[s])]
+    def items(self, start: int = 0, stop: int | None = None) -> list[MemoryItem]:
+        """Items in insertion order; ``start``/``stop`` slice that order before any item is built."""
+        slots = sorted(self._slot_of.values(), key=lambda s: self.seq[s])[start:stop]
+        return [self._item_at(s) for s in slots]
 
     # -- reads -----------------------------------------------------------------------------
     def search(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -296,16 +296,13 @@ class MemoryAPI:
             calls.append(self._actor("assistants", i, "extract_from", [route.open_segment], req.question,
                                      timeout=wait))
         results = await asyncio.gather(*calls)
+        open_found, open_bill = results.pop() if route.open_segment is not None else ([], TokenBill())
         by_rank: dict[int, list[Evidence]] = {}
-        bill = TokenBill()
-        for (_, ranks), (found, b) in zip(groups.items(), results, strict=False):
+        bill = open_bill
+        for (_, ranks), (found, b) in zip(groups.items(), results, strict=True):
             by_rank.update(zip(ranks, found, strict=True))
             bill += b
-        evidence = [e for r in sorted(by_rank) for e in by_rank[r]]
-        if route.open_segment is not None:
-            found, b = results[-1]
-            evidence += [e for group in found for e in group]
-            bill += b
+        evidence = [e for r in sorted(by_rank) for e in by_rank[r]] + [e for group in open_found for e in group]
         answer = await self.master.answer.remote(req.question, dedupe_evidence(evidence), req.category)
         for role, b in (("assistants", bill), ("master", answer.bill)):
             METRICS.tokens.labels(role, "prompt").inc(b.prompt_tokens)
