@@ -6,6 +6,9 @@ its call ``(name, args, kwargs)`` is appended to the write-ahead log (flushed + 
 returns — so a caller that got an answer has the write on disk. Every ``snapshot_every`` records the
 core's tenant data (its ``durable_state`` attribute) becomes the next snapshot and the log starts over.
 A *compacting* mutation (deleting a user) snapshots at once, so the removed data leaves the log too.
+A mutation named in ``unchanged_when_falsy`` that returns a falsy value (0 lines forgotten, a summary for
+a segment that is gone) changed nothing and is not logged: a call arriving after a user was deleted
+leaves neither its id nor its text in the log.
 
 Ray reruns ``__init__`` when it restarts an actor: the constructor loads the latest snapshot and replays
 the log through the undecorated methods. Reads that update usage statistics (a tier search touches
@@ -24,7 +27,8 @@ from actors.journal import Journal
 T = TypeVar("T")
 
 
-def durable(cls: type[T], mutations: tuple[str, ...], compacting: tuple[str, ...] = ()) -> type[T]:
+def durable(cls: type[T], mutations: tuple[str, ...], compacting: tuple[str, ...] = (),
+            unchanged_when_falsy: tuple[str, ...] = ()) -> type[T]:
     state_attr: str = cls.durable_state  # type: ignore[attr-defined]
 
     class Durable(cls):  # type: ignore[misc, valid-type]
@@ -73,7 +77,8 @@ def durable(cls: type[T], mutations: tuple[str, ...], compacting: tuple[str, ...
         @functools.wraps(method)
         def logged(self: Any, *args: Any, **kwargs: Any) -> Any:
             out = method(self, *args, **kwargs)
-            self._logged(name, args, kwargs)
+            if out or name not in unchanged_when_falsy:
+                self._logged(name, args, kwargs)
             return out
 
         return logged

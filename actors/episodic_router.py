@@ -206,6 +206,14 @@ class EpisodicRouter:
             self._summary_vecs[row] = 0.0
         self._has_summary[row] = bool(summary)
 
+    def vectors_of(self, segment_id: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The P_vec chunk vectors of a segment (one per line with ``chunking: turn``) and its summary's."""
+        row = self._row[segment_id]
+        start = self._chunk_starts[row]
+        stop = self._chunk_starts[row + 1] if row + 1 < len(self._ids) else len(self._chunk_owner)
+        summary = self._summary_vecs[row].copy() if self._has_summary[row] else None
+        return self._chunk_vecs[start:stop].copy(), summary
+
     # -- routing ---------------------------------------------------------------------
     def route(self, question: str) -> list[Activation]:
         """The segments to activate for one question, best first (the newest may come last)."""

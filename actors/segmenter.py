@@ -234,6 +234,25 @@ class Segmenter:
         self._carry = [c for c in self._carry if c.turn_id not in drop]
         return removed + before - len(self._carry)
 
+    @property
+    def next_id(self) -> int:
+        """The id the next segment will get."""
+        return self._next_id
+
+    @property
+    def carry(self) -> list[_Item]:
+        """The overlap waiting for the next segment (the tail of the last closed one)."""
+        return list(self._carry)
+
+    def restore(self, next_id: int, open_segment: Segment | None, carry: Iterable[tuple]) -> None:
+        """Continue a stream saved elsewhere: the next id, the open segment (copied) and the pending carry
+        (``(turn_id, line, timestamp, tokens)`` each)."""
+        self._next_id = next_id
+        self._open = None if open_segment is None else Segment(
+            open_segment.id, list(open_segment.turn_ids), list(open_segment.lines), list(open_segment.timestamps),
+            list(open_segment.token_counts), open_segment.overlap)
+        self._carry = [_Item(*c) for c in carry]
+
     # -- internals -------------------------------------------------------------------
     def _new_segment(self, carry: list[_Item]) -> Segment:
         seg = Segment(

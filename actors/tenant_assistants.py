@@ -8,6 +8,7 @@ is the small-model pool deployment (every actor's requests meet there and are ba
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from actors.assistant import AssistantHost, Evidence
 from actors.episodic import summary_request
@@ -52,6 +53,15 @@ class TenantAssistants:
     def segment_ids(self, tenant: str) -> set[int]:
         host = self._host(tenant)
         return set() if host is None else set(host.segment_ids)
+
+    def segments(self, tenant: str) -> list[Segment]:
+        """Copies of the tenant's segments held here, by id (an export reads the raw lines from them)."""
+        host = self._host(tenant)
+        if host is None:
+            return []
+        return [replace(seg, turn_ids=list(seg.turn_ids), lines=list(seg.lines), timestamps=list(seg.timestamps),
+                        token_counts=list(seg.token_counts))
+                for seg in (host.segment(i) for i in sorted(host.segment_ids))]
 
     def has(self, tenant: str, segment_id: int) -> bool:
         host = self._host(tenant)

@@ -15,13 +15,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import numpy as np
 
 from actors.episodic_router import Activation, EpisodicRouter
 from actors.segmenter import Segment, Segmenter, estimate_tokens, render_turn
+from actors.tenant_export import SegmentState, StreamState, TurnVector
 from cluster.config import EngramConfig
 
 
@@ -72,6 +73,7 @@ class _Stream:
     meta: dict[int, tuple[datetime, datetime, list[str]]] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)  # turn ids appended so far: a retried write is not doubled
     pending: dict[int, Segment] = field(default_factory=dict)  # closed, not yet confirmed held by an assistant
+    summaries: dict[int, str] = field(default_factory=dict)  # segment id -> summary text (for exports)
 
 
 @contextmanager
@@ -169,11 +171,12 @@ class TenantEpisodes:
         open_seg = s.segmenter.current() if self.config.router.include_newest else None
         return RouteResult(activations, meta, open_seg if open_seg and open_seg.lines else None)
 
-    def delivered(self, tenant: str, segment_ids: Sequence[int]) -> None:
-        """The assistants hold these segments now: stop handing them out."""
+    def delivered(self, tenant: str, segment_ids: Sequence[int]) -> int:
+        """The assistants hold these segments now: stop handing them out. Returns how many were pending."""
         s = self._stream(tenant)
-        for sid in segment_ids if s is not None else ():
-            s.pending.pop(sid, None)
+        if s is None:
+            return 0
+        return sum(s.pending.pop(sid, None) is not None for sid in segment_ids)
 
     def segment_ids(self, tenant: str) -> list[int]:
         """Ids of the tenant's closed segments, oldest first."""
@@ -195,7 +198,58 @@ class TenantEpisodes:
             return False
         with _lent(s.encoder, summary, vector):
             s.router.set_summary(segment_id, summary)
+        s.summaries[segment_id] = summary
         return True
+
+    def export_tenant(self, tenant: str) -> StreamState | None:
+        """The tenant's stream with the vectors behind every index (``actors/tenant_export.py``); None if none.
+        Closed segments are the router's copies: the export takes their lines from the assistants."""
+        s = self._stream(tenant)
+        if s is None:
+            return None
+        closed = []
+        for sid in s.router.segment_ids:
+            turn_ids = s.meta[sid][2]
+            vecs, summary_vec = s.router.vectors_of(sid)
+            seg = s.pending.get(sid) or Segment(sid, [], [], [], [])  # NOTE: the assistants hold its lines
+            closed.append(SegmentState(seg, dict(zip(turn_ids, vecs, strict=True)), s.summaries.get(sid),
+                                       summary_vec))
+        cur = s.segmenter.current()
+        opened = None if cur is None else SegmentState(cur, {t: s.encoder.known[line] for t, line in
+                                                             zip(cur.turn_ids, cur.lines, strict=True)})
+        carry = [TurnVector(c.turn_id, c.line, c.timestamp, c.tokens, s.encoder.known[c.line])
+                 for c in s.segmenter.carry]
+        return StreamState(s.segmenter.next_id, sorted(s.seen), list(s.recent), closed, opened, carry)
+
+    def import_tenant(self, tenant: str, state: StreamState) -> int:
+        """Rebuild the tenant's stream from an export; it must have none (else ValueError). Returns the
+        number of segments indexed. The closed segments go to the assistants separately (by the caller)."""
+        if tenant in self._streams:
+            raise ValueError(f"tenant {tenant!r} already has an episodic stream")
+        s = self._stream(tenant, create=True)
+        try:
+            s.seen.update(state.seen)
+            s.recent.extend(np.asarray(v, np.float32) for v in state.context)
+            for st in state.closed:
+                seg = st.segment
+                s.encoder.known.update(zip(seg.lines, (st.vectors[t] for t in seg.turn_ids), strict=True))
+                s.router.add([replace(seg, summary=None)])
+                s.meta[seg.id] = (seg.start, seg.end, list(seg.turn_ids))
+                s.encoder.known.clear()
+                if st.summary:
+                    with _lent(s.encoder, st.summary, st.summary_vector):
+                        s.router.set_summary(seg.id, st.summary)
+                    s.summaries[seg.id] = st.summary
+            if state.open is not None:
+                seg = state.open.segment
+                s.encoder.known.update(zip(seg.lines, (state.open.vectors[t] for t in seg.turn_ids), strict=True))
+            s.encoder.known.update((c.line, np.asarray(c.vector, np.float32)) for c in state.carry)
+            s.segmenter.restore(state.next_segment_id, None if state.open is None else state.open.segment,
+                                [(c.turn_id, c.line, c.timestamp, c.tokens) for c in state.carry])
+        except Exception:
+            del self._streams[tenant]
+            raise
+        return len(state.closed) + (state.open is not None)
 
     def forget(self, tenant: str, turn_ids: Sequence[str]) -> int:
         """Drop turns from the open segment (closed ones live with the assistants); returns how many."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from actors.tenant_export import memory_item, memory_record
 from actors.tier import MemoryItem
 from actors.tiered_memory import Hit, TieredMemory
 from cluster.config import TierMemoryConfig
@@ -121,6 +122,18 @@ class TenantTiers:
     def delete(self, tenant: str, ids: Sequence[str]) -> int:
         mem = self._memory(tenant)
         return 0 if mem is None else mem.delete(list(ids))
+
+    def export_tenant(self, tenant: str) -> list[dict[str, Any]]:
+        """The tenant's memories as export records (``actors/tenant_export.py``), tier by tier, oldest first."""
+        mem = self._memory(tenant)
+        return [] if mem is None else [memory_record(t.name, it) for t in mem.tiers for it in t.items()]
+
+    def import_tenant(self, tenant: str, records: Sequence[dict[str, Any]]) -> int:
+        """Rebuild the tenant's memories from export records; the tenant must hold none (else ValueError)."""
+        if len(self._memories.get(tenant) or ()):
+            raise ValueError(f"tenant {tenant!r} already has memories")
+        mem = self._memories[tenant] = TieredMemory(self.config, VectorsOnly(self.dim))
+        return mem.restore([memory_item(r) for r in records])
 
     def drop_tenant(self, tenant: str) -> int:
         """Forget everything of ``tenant``; returns how many memories it had."""

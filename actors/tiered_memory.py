@@ -124,6 +124,24 @@ class TieredMemory:
         self.stats.added += n
         return ids
 
+    def restore(self, items: Sequence[tuple[str, MemoryItem]]) -> int:
+        """Put exported items back into their tiers (``(tier name, item)``, each tier's items in the order they
+        entered it) with their usage counters; entities are extracted again. A tier this memory lacks sends
+        its items to the last tier; a smaller tier evicts as a write would. Returns how many were stored."""
+        by_tier: dict[str, list[MemoryItem]] = {t.name: [] for t in self.tiers}
+        for name, item in items:
+            item.entities = self._extract(item.text)
+            item.entity_ids = self._vocab.intern(item.entities)
+            by_tier.get(name, by_tier[self.tiers[-1].name]).append(item)
+            self._clock = max(self._clock, item.last_access)
+        evicted = self.l1.add(by_tier["l1"])
+        if self.l2 is not None:
+            self.stats.moved_to_l2 += len(evicted)
+            evicted = self.l2.add(by_tier["l2"] + evicted)
+        self._count_deleted(evicted)
+        self.stats.added += len(items)
+        return len(items) - len(evicted)
+
     def _count_deleted(self, deleted: list[MemoryItem]) -> None:
         self.stats.pruned += len(deleted)
         threshold = self.config.eviction.essential_threshold

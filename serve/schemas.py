@@ -17,6 +17,7 @@ MAX_TURN_CHARS = 8_000
 MAX_BATCH = 256
 MAX_QUERY_CHARS = 2_000
 MAX_K = 100
+MAX_IMPORT_BYTES = 256 * 1024 * 1024  # one JSON Lines upload (vectors included: ~8 KB per memory or turn)
 
 Identifier = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@/+-]+$")
@@ -152,6 +153,12 @@ class Deleted(_Body):
     user_id: str
     memories: int = Field(description="Memories removed from the tiers.")
     turns: int = Field(0, description="Raw turns removed from episodic segments.")
+
+
+class Imported(_Body):
+    user_id: str
+    memories: int = Field(description="Memories stored in the tiers.")
+    segments: int = Field(description="Episodic segments restored (the open one included).")
 
 
 class Health(_Body):

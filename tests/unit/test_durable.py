@@ -9,19 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actors.durable import durable
+from actors.durable_cores import DurableAssistants, DurableEpisodes, DurableTiers
 from actors.journal import HEADER, Journal
-from actors.tenant_assistants import TenantAssistants
 from actors.tenant_episodes import TenantEpisodes, TurnRecord
-from actors.tenant_tiers import TenantTiers
 from cluster.config import load_config
 from tests.doubles import HashingEncoder, ScriptedEngine
 
 DIM = 32
 ENC = HashingEncoder(DIM)
-Tiers = durable(TenantTiers, ("add", "delete"), compacting=("drop_tenant",))
-Episodes = durable(TenantEpisodes, ("append", "delivered", "set_summary", "forget"), compacting=("drop_tenant",))
-Assistants = durable(TenantAssistants, ("add", "forget"), compacting=("drop_tenant",))
+Tiers, Episodes, Assistants = DurableTiers, DurableEpisodes, DurableAssistants  # exactly what the actors run
 
 
 def turns(n: int, start: int = 0, user: str = "ann") -> list[TurnRecord]:
@@ -106,6 +102,47 @@ def test_deleting_a_user_leaves_nothing_of_it_in_the_journal_files(tmp_path):
     assert b"ann fact" not in blob and b"bob fact" in blob
     restarted = Tiers(tier_config(), DIM, journal_dir=tmp_path)
     assert restarted.list("ann")[1] == 0 and restarted.list("bob")[1] == 5
+
+
+def test_calls_after_a_user_is_deleted_leave_nothing_of_it_in_the_journal(tmp_path):
+    """A summary or a delete that arrives after the user was deleted changed nothing: it is not logged."""
+    config = load_config("cpu", {"episodic": {"segment_tokens": 64}})
+    router, tiers = Episodes(config, DIM, journal_dir=tmp_path / "r"), Tiers(tier_config(), DIM,
+                                                                                journal_dir=tmp_path / "t")
+    batch = turns(20)
+    closed = router.append("ann", batch, ENC.encode([t.line for t in batch]), [True] * 20)
+    add_turns(tiers, "ann", batch)
+    router.drop_tenant("ann")
+    tiers.drop_tenant("ann")
+    late = "summary: ann's parcel codes"
+    assert router.set_summary("ann", closed[0].id, late, ENC.encode([late])[0]) is False
+    assert router.delivered("ann", [closed[0].id]) == 0 and router.forget("ann", ["D3"]) == 0
+    assert tiers.delete("ann", ["D3"]) == 0
+    blob = b"".join(Path(p).read_bytes() for p in router.journal_files() + tiers.journal_files())
+    assert b"ann" not in blob and b"D3" not in blob
+
+
+def test_an_import_is_journaled_like_any_write(tmp_path):
+    from actors.tenant_export import export_lines, parse_import
+
+    config = load_config("cpu", {"episodic": {"segment_tokens": 64}})
+    src = Episodes(config, DIM)
+    batch = turns(30)
+    src.append("ann", batch, ENC.encode([t.line for t in batch]), [True] * 30)
+    src_tiers = Tiers(tier_config(), DIM)
+    add_turns(src_tiers, "ann", batch)
+    held = {}  # no assistants here: the closed segments are still pending in the router
+    lines = list(export_lines("ann", DIM, src_tiers.export_tenant("ann"), src.export_tenant("ann"), held))
+    plan = parse_import(lines, DIM)
+    live = Episodes(config, DIM, journal_dir=tmp_path / "r")
+    live_tiers = Tiers(tier_config(), DIM, journal_dir=tmp_path / "t")
+    live.import_tenant("bob", plan.stream)
+    live_tiers.import_tenant("bob", plan.memories)
+    router, tiers = Episodes(config, DIM, journal_dir=tmp_path / "r"), Tiers(tier_config(), DIM,
+                                                                             journal_dir=tmp_path / "t")
+    assert router.recovered == 1 and tiers.recovered == 1
+    assert router.segment_ids("bob") == src.segment_ids("ann")
+    assert [m["id"] for m in tiers.export_tenant("bob")] == [m["id"] for m in src_tiers.export_tenant("ann")]
 
 
 def test_router_restarts_with_its_segments_summaries_and_open_segment(tmp_path):
