@@ -36,14 +36,14 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.common import emit_json, setup_logging
+from bench.common import admin_key, bearer, emit_json, setup_logging
 from bench.locomo_data import load_locomo
 from cluster.config import load_config
 
 log = logging.getLogger("bench.chaos")
 
 
-def chaos_args(storage: str, *, turns: int) -> dict[str, Any]:
+def chaos_args(storage: str, *, turns: int, keys_file: str) -> dict[str, Any]:
     on_head = {"resources": {"engram_head": 1}}
     big = max(2 * turns, 1000)
     return {
@@ -55,6 +55,7 @@ def chaos_args(storage: str, *, turns: int) -> dict[str, Any]:
             "tiers": {"l1": {"capacity": big}, "l2": {"capacity": big}},
             "cluster": {"namespace": "chaos", "storage_dir": storage, "snapshot_every": 200,
                         "summaries": False, "actor_call_timeout_s": 30},
+            "auth": {"keys_file": keys_file},
         },
         **{name: on_head for name in ("ingress", "embedder", "admission", "llm", "master")},
     }
@@ -102,14 +103,15 @@ class Killer(threading.Thread):
                 self.errors.append(f"{name}: {type(e).__name__}")
 
 
-def write_all(url: str, work: list[tuple[str, list[dict]]], writers: int, progress: Any) -> dict[str, set[str]]:
+def write_all(url: str, work: list[tuple[str, list[dict]]], writers: int, progress: Any,
+              api_key: str | None = None) -> dict[str, set[str]]:
     """Post every batch until it is acknowledged; returns the acknowledged turn ids per user."""
     acked: dict[str, set[str]] = {}
     lock = threading.Lock()
     queue = list(reversed(work))
 
     def writer() -> None:
-        with httpx.Client(base_url=url, timeout=120) as client:
+        with httpx.Client(base_url=url, timeout=120, headers=bearer(api_key)) as client:
             while True:
                 with lock:
                     if not queue:
@@ -140,7 +142,7 @@ def write_all(url: str, work: list[tuple[str, list[dict]]], writers: int, progre
     return acked
 
 
-def verify(url: str, acked: dict[str, set[str]], config: Any) -> dict[str, int]:
+def verify(url: str, acked: dict[str, set[str]], config: Any, api_key: str | None = None) -> dict[str, int]:
     """Acknowledged turns missing from the tier memories / the episodic streams, and closed segments that no
     assistant actor holds."""
     import ray
@@ -149,7 +151,7 @@ def verify(url: str, acked: dict[str, set[str]], config: Any) -> dict[str, int]:
 
     topo = Topology.connect(config)
     missing_tier = missing_episodes = missing_segments = found = 0
-    with httpx.Client(base_url=url, timeout=120) as client:
+    with httpx.Client(base_url=url, timeout=120, headers=bearer(api_key)) as client:
         for user, ids in acked.items():
             listed: set[str] = set()
             offset = 0
@@ -183,8 +185,10 @@ def workload(turns: int, tenants: int, data: Path, prefix: str = "user") -> list
 
 
 def run(url: str, config: Any, *, turns: int, kill_every: float, tenants: int, writers: int, data: Path,
-        node_kill: Any = None, progress: Any = None, prefix: str = "user") -> dict[str, Any]:
-    """The chaos run against a service already up at ``url`` whose config tree is ``config``."""
+        node_kill: Any = None, progress: Any = None, prefix: str = "user", api_key: str | None = None
+        ) -> dict[str, Any]:
+    """The chaos run against a service already up at ``url`` whose config tree is ``config``; ``api_key`` is sent
+    as a bearer token (an admin key, or one bound to the ``<prefix>-<n>`` users)."""
     from cluster.topology import Topology
 
     names = [f"{kind}-{i}" for kind, n in Topology.counts(config).items() for i in range(n)]
@@ -202,16 +206,16 @@ def run(url: str, config: Any, *, turns: int, kill_every: float, tenants: int, w
     start = time.perf_counter()
     killer.start()
     try:
-        acked = write_all(url, work, writers, step)
+        acked = write_all(url, work, writers, step, api_key)
     finally:
         killer.stop_event.set()
         killer.join(timeout=60)
     ingest_s = time.perf_counter() - start
-    with httpx.Client(base_url=url, timeout=120) as client:
+    with httpx.Client(base_url=url, timeout=120, headers=bearer(api_key)) as client:
         deadline = time.time() + 120
         while client.get("/v1/health").json()["status"] != "ok" and time.time() < deadline:
             time.sleep(1)
-    counts = verify(url, acked, config)
+    counts = verify(url, acked, config, api_key)
     total = sum(len(v) for v in acked.values())
     rec = np.asarray(killer.recovery_s) if killer.recovery_s else np.asarray([np.nan])
     return {
@@ -246,6 +250,8 @@ def main(argv: list[str] | None = None) -> None:
     from serve.app import build_app
 
     storage = tempfile.mkdtemp(prefix="engram-chaos-")
+    keys_file, key = admin_key(storage)  # NOTE: API keys on, as served; the file goes with the journals
+    app_args = chaos_args(storage, turns=args.turns, keys_file=str(keys_file))
     cluster = LocalCluster()
     cluster.start_head()
     cluster.start_worker()
@@ -254,14 +260,14 @@ def main(argv: list[str] | None = None) -> None:
         cluster.wait_for_nodes(2)
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
-        serve.run(build_app(chaos_args(storage, turns=args.turns)), name="engram", route_prefix="/")
+        serve.run(build_app(app_args), name="engram", route_prefix="/")
         url = f"http://127.0.0.1:{port}"
         httpx.get(f"{url}/v1/health", timeout=300).raise_for_status()
         bar = tqdm(total=args.turns, desc="acknowledged turns", file=sys.stderr)
-        config_tree = load_config("cpu", chaos_args(storage, turns=args.turns)["config"])
+        config_tree = load_config("cpu", app_args["config"])
         result = run(url, config_tree, turns=args.turns, kill_every=args.kill_every, tenants=args.tenants,
                      writers=args.writers, data=args.data or config.data.locomo_path,
-                     node_kill=None if args.no_node_kill else cluster.kill_worker, progress=bar.update)
+                     node_kill=None if args.no_node_kill else cluster.kill_worker, progress=bar.update, api_key=key)
         bar.close()
     finally:
         serve.shutdown()

@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
-from bench.common import emit_json, parse_int_list, percentiles_ms, setup_logging
+from bench.common import admin_key, bearer, emit_json, parse_int_list, percentiles_ms, setup_logging
 from bench.locomo_data import load_locomo
 from cluster.config import load_config
 from cluster.local_cluster import free_port
@@ -56,12 +56,13 @@ def batches(items: list, size: int) -> list[list]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-async def timed_requests(url: str, path: str, bodies: list[dict], concurrency: int, label: str) -> list[float]:
+async def timed_requests(url: str, path: str, bodies: list[dict], concurrency: int, label: str,
+                         api_key: str | None = None) -> list[float]:
     """Wall seconds of each request, ``concurrency`` in flight at once; any non-200 aborts the benchmark."""
     times: list[float] = []
     queue = list(bodies)
     bar = tqdm(total=len(bodies), desc=label, file=sys.stderr)
-    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=600, headers=bearer(api_key)) as client:
         async def worker() -> None:
             while queue:
                 body = queue.pop()
@@ -123,12 +124,15 @@ def main(argv: list[str] | None = None) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     storage = None if args.no_journal else str(args.storage or tempfile.mkdtemp(prefix="engram-bench-state-"))
+    keys_dir = tempfile.mkdtemp(prefix="engram-bench-keys-")
+    keys_file, key = admin_key(keys_dir)  # NOTE: API keys on, as served
     t0 = time.perf_counter()
     ray.init(include_dashboard=False, namespace="bench", log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_app({"profile": "cpu", "config": {
         "admission": {"mode": args.admission}, "engine": {"backend": args.backend},
-        "cluster": {"namespace": f"bench-{port}", "storage_dir": storage}}}), name="engram", route_prefix="/")
+        "cluster": {"namespace": f"bench-{port}", "storage_dir": storage}, "auth": {"keys_file": str(keys_file)}}}),
+        name="engram", route_prefix="/")
     startup_s = time.perf_counter() - t0
     try:
         with httpx.Client(base_url=url, timeout=600) as client:  # NOTE: waits until every actor is up and warm
@@ -142,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
             embedder.encode.remote(chunk).result()
         embed_only = len(lines) / (time.perf_counter() - start)
 
-        with httpx.Client(base_url=url, timeout=600) as client:
+        with httpx.Client(base_url=url, timeout=600, headers=bearer(key)) as client:
             start = time.perf_counter()
             for chunk in tqdm(batches(first.turns, args.batch), desc=f"ingest {first.sample_id}",
                               file=sys.stderr):
@@ -165,16 +169,17 @@ def main(argv: list[str] | None = None) -> None:
         for level in levels:
             bodies = [{"user_id": u, "query": q, "k": 5} for u, q in questions[: args.searches]]
             search[str(level)] = percentiles_ms(asyncio.run(timed_requests(url, "/v1/search", bodies, level,
-                                                                           f"search c={level}")))
+                                                                           f"search c={level}", key)))
             bodies = [{"user_id": u, "question": q} for u, q in questions[: args.asks * level][: args.asks]]
             ask[str(level)] = percentiles_ms(asyncio.run(timed_requests(url, "/v1/ask", bodies, level,
-                                                                        f"ask c={level}")))
+                                                                        f"ask c={level}", key)))
         pool = {str(level): pool_tokens_per_s(level, rounds=3) for level in (1, 8)}
     finally:
         serve.shutdown()
         ray.shutdown()
         if storage is not None and args.storage is None:
             shutil.rmtree(storage, ignore_errors=True)
+        shutil.rmtree(keys_dir, ignore_errors=True)
 
     payload = {
         "conversations": len(convs), "turns_loaded": turns_loaded, "admission": args.admission,

@@ -1,10 +1,11 @@
-"""Shared pieces of the benchmarks: cached fact embeddings, timing summaries, result files, JSON output."""
+"""Shared pieces of the benchmarks: cached fact embeddings, timing summaries, result files, JSON output, API keys."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -87,6 +88,24 @@ def emit_json(payload: dict[str, Any]) -> None:
     """The benchmark contract: one JSON object as the last line of stdout."""
     sys.stdout.write(json.dumps(payload, sort_keys=False) + "\n")
     sys.stdout.flush()
+
+
+def bearer(api_key: str | None) -> dict[str, str]:
+    """Headers that carry an API key: ``bearer("k") == {"Authorization": "Bearer k"}``; none without a key."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def admin_key(folder: str | Path) -> tuple[Path, str]:
+    """For a service a benchmark starts itself: a new keys file in ``folder`` with one admin key -> (file, key);
+    the service gets the file as ``auth.keys_file`` in its config overrides.
+
+    NOTE: ENGRAM_AUTH__* would win over those overrides, so they are dropped from this process's environment."""
+    from cluster.auth import KeyStore
+
+    for var in ("ENGRAM_AUTH__KEYS_FILE", "ENGRAM_AUTH__REQUIRED"):
+        os.environ.pop(var, None)
+    path = Path(folder) / "api-keys.json"
+    return path, KeyStore(path).create([], admin=True, name="benchmark")[0]
 
 
 def setup_logging() -> None:

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.common import emit_json, setup_logging
+from bench.common import admin_key, bearer, emit_json, setup_logging
 from bench.locomo_data import load_locomo
 from cluster.config import load_config
 from cluster.local_cluster import free_port
@@ -38,8 +38,10 @@ OPS = ("add", "search", "ask")
 
 
 async def run(url: str, *, seconds: float, concurrency: int, mix: tuple[float, float, float],
-              users: list[str], questions: list[tuple[str, str]], seed: int = 0) -> dict[str, Any]:
-    """The load loop against a service at ``url``; users must exist (searches and asks read them)."""
+              users: list[str], questions: list[tuple[str, str]], seed: int = 0,
+              api_key: str | None = None) -> dict[str, Any]:
+    """The load loop against a service at ``url``; users must exist (searches and asks read them). ``api_key`` is
+    sent as a bearer token (an admin key, or one bound to every user here)."""
     rng = random.Random(seed)
     latencies: dict[str, list[float]] = defaultdict(list)
     errors: dict[str, int] = defaultdict(int)
@@ -74,7 +76,7 @@ async def run(url: str, *, seconds: float, concurrency: int, mix: tuple[float, f
                 errors[op] += 1
 
     start = time.perf_counter()
-    async with httpx.AsyncClient(base_url=url, timeout=300) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=300, headers=bearer(api_key)) as client:
         await asyncio.gather(*(client_task(client) for _ in range(concurrency)))
     wall = time.perf_counter() - start
     per_op = {}
@@ -123,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     from serve.app import build_app
 
     storage = tempfile.mkdtemp(prefix="engram-load-")
+    keys_file, key = admin_key(storage)  # NOTE: API keys on, as served; the file goes with the journals
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     ray.init(include_dashboard=False, namespace="bench", log_to_driver=False)
@@ -130,8 +133,9 @@ def main(argv: list[str] | None = None) -> None:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         serve.run(build_app({"profile": "cpu", "config": {
             "admission": {"mode": "store_all"}, "engine": {"backend": args.backend},
-            "cluster": {"namespace": f"load-{port}", "storage_dir": storage}}}), name="engram", route_prefix="/")
-        with httpx.Client(base_url=url, timeout=600) as client:
+            "cluster": {"namespace": f"load-{port}", "storage_dir": storage}, "auth": {"keys_file": str(keys_file)}}}),
+            name="engram", route_prefix="/")
+        with httpx.Client(base_url=url, timeout=600, headers=bearer(key)) as client:
             client.get("/v1/health").raise_for_status()
             for conv in convs:
                 for k in tqdm(range(0, len(conv.turns), 32), desc=f"preload {conv.sample_id}", file=sys.stderr):
@@ -141,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
         questions = [(c.sample_id, q.question) for c in convs for q in c.questions if q.category != 5]
         print(f"load: {args.concurrency} clients for {args.seconds:.0f} s", file=sys.stderr)
         result = asyncio.run(run(url, seconds=args.seconds, concurrency=args.concurrency, mix=mix,
-                                 users=[c.sample_id for c in convs], questions=questions))
+                                 users=[c.sample_id for c in convs], questions=questions, api_key=key))
     finally:
         serve.shutdown()
         ray.shutdown()

@@ -8,10 +8,13 @@
     engram ask U "Where did Caroline move from?"          answer, evidence, token bill
     engram search U "adoption agencies" [--k 5]           memories and routed segments
     engram memories U | forget U MEMORY_ID | delete-user U | health
+    engram keys create --tenant U [--admin] [--name N]    an API key, printed once (keys list | keys revoke KEY_ID)
     engram bench locomo --quick                           python -m bench.locomo --quick
 
 Exit codes: 0 done; 1 the service answered with an error (printed as ``error (<status> <type>): <message>``),
 a request was invalid, or an input line was bad; 2 usage error, or the service could not be reached.
+Requests carry ``--api-key`` / ``$ENGRAM_API_KEY`` as ``Authorization: Bearer``; ``engram keys`` edits the keys
+file (``auth.keys_file``) directly and needs no running service.
 """
 
 from __future__ import annotations
@@ -25,15 +28,19 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import yaml
 from pydantic import TypeAdapter, ValidationError
 from tqdm import tqdm
 
+from cluster.auth import CREATE_HINT, ApiKey, KeyFileError, KeyStore
 from cluster.client import DEFAULT_TIMEOUT_S, DEFAULT_URL, EngramClient, EngramHTTPError
 from serve.schemas import MAX_BATCH, AskResponse, Identifier, SearchResponse, TurnIn
+
+if TYPE_CHECKING:
+    from cluster.config import AuthConfig
 
 DEFAULT_CONFIG = Path("configs/serve-cpu.yaml")
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -77,6 +84,34 @@ def _resolve_config(config: Path) -> Path:
     return (REPO_ROOT / config).resolve()
 
 
+def served_auth(config: Path) -> AuthConfig:
+    """The ``auth`` section the service of a Serve config file runs with: its
+    ``serve.app:build_app`` application's profile and overrides, loaded as ``build_app`` loads them (``ENGRAM_*``
+    included); the default profile's when the file has no such application."""
+    from cluster.config import load_config
+    from serve.args import AppArgs
+
+    data = yaml.safe_load(config.read_text()) or {}
+    for app in data.get("applications") or []:
+        if app.get("import_path") == "serve.app:build_app":
+            app_args = AppArgs.model_validate(app.get("args") or {})
+            return load_config(app_args.profile, app_args.config).auth
+    return load_config().auth
+
+
+def _first_admin_key(keys_file: Path) -> None:
+    """With auth on and no admin key yet, make one and show it once, so that a first ``engram start`` works."""
+    store = KeyStore(keys_file)
+    if any(k.admin for k in store.list()):
+        return
+    plaintext, key = store.create([], admin=True, name="engram start")
+    rule = "=" * 100
+    print(f"{rule}\nengram: made an admin API key ({key.key_id}), since {keys_file} held none. It is shown only this "
+          f"once\n(only its SHA-256 is stored):\n\n    {plaintext}\n\nRequests send it as `Authorization: Bearer "
+          f"<key>`; for the engram CLI, in another shell:\n\n    export ENGRAM_API_KEY={plaintext}\n\nKeys bound to "
+          f"one user: engram keys create --tenant USER.\n{rule}")
+
+
 def _cmd_start(args: argparse.Namespace, _: _Context) -> int:
     config = _resolve_config(args.config)
     if not config.is_file():
@@ -84,6 +119,9 @@ def _cmd_start(args: argparse.Namespace, _: _Context) -> int:
     argv, env = start_command(config, os.environ)
     if not Path(argv[0]).is_file():
         return _fail(f"{argv[0]} not found; install the project with ray[serve] in this environment", code=2)
+    auth = served_auth(config)
+    if auth.required:
+        _first_admin_key(auth.keys_file)
     print(f"engram: starting the service ({config.name}) at {serve_url(config)}; Ctrl-C stops it.")
     print(f"engram: where Ray must stay on loopback, run it as: {LOOPBACK_WRAPPER} engram start --config {config}")
     # NOTE: flush before exec, which replaces the process and drops anything still buffered.
@@ -298,6 +336,58 @@ def _cmd_health(args: argparse.Namespace, ctx: _Context) -> int:
     return 0 if reply.status == "ok" else 1
 
 
+# ---------------------------------------------------------------- keys
+
+
+def _keys_file(args: argparse.Namespace) -> Path:
+    if args.keys_file is not None:
+        return args.keys_file
+    from cluster.config import load_config
+
+    return load_config().auth.keys_file
+
+
+def _scope(key: ApiKey) -> str:
+    return "admin" if key.admin else ",".join(key.tenants)
+
+
+def _cmd_keys_create(args: argparse.Namespace, _: _Context) -> int:
+    path = _keys_file(args)
+    try:
+        plaintext, key = KeyStore(path).create(args.tenant, admin=args.admin, name=args.name)
+    except KeyFileError:
+        raise
+    except ValueError as exc:  # a tenant that is no user id, or neither a tenant nor --admin
+        return _fail(str(exc), code=2)
+    print(plaintext)
+    who = "every user (admin)" if key.admin else f"user{'s' if len(key.tenants) > 1 else ''} {', '.join(key.tenants)}"
+    print(f"engram: API key {key.key_id} for {who} added to {path}. Only its SHA-256 is stored: this is the only "
+          f"time the key is shown.\nengram: use it with  export ENGRAM_API_KEY={plaintext}", file=sys.stderr)
+    return 0
+
+
+def _cmd_keys_list(args: argparse.Namespace, _: _Context) -> int:
+    path = _keys_file(args)
+    keys = KeyStore(path).list()
+    if args.json:
+        print(json.dumps([k.model_dump(exclude={"sha256"}) for k in keys], indent=2))
+    elif not keys:
+        print(f"no API keys in {path}; make one with {CREATE_HINT}")
+    else:
+        print(f"{len(keys)} API key{'s' if len(keys) > 1 else ''} in {path}:")
+        for k in keys:
+            print(f"  {k.key_id}  {k.created_at}  {_scope(k):<24}  {k.name}")
+    return 0
+
+
+def _cmd_keys_revoke(args: argparse.Namespace, _: _Context) -> int:
+    path = _keys_file(args)
+    if not KeyStore(path).revoke(args.key_id):
+        return _fail(f"no API key {args.key_id!r} in {path}; `engram keys list` shows them")
+    print(f"revoked API key {args.key_id} in {path}; a running service refuses it from its next request")
+    return 0
+
+
 # ---------------------------------------------------------------- bench
 
 
@@ -393,6 +483,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the reply as JSON")
     s.set_defaults(run=_cmd_health)
 
+    keys = sub.add_parser("keys", help="API keys (the keys file; no service needed)").add_subparsers(
+        dest="keys_command", required=True, metavar="ACTION")
+    s = keys.add_parser("create", help="make a key bound to users (--tenant) or an admin key; prints it once")
+    s.add_argument("--tenant", action="append", default=[], metavar="USER",
+                   help="a user id the key may act for (repeatable; '*' for every user)")
+    s.add_argument("--admin", action="store_true", help="every user, plus admin operations (delete-user)")
+    s.add_argument("--name", default="", help="a label shown by `keys list`")
+    s.set_defaults(run=_cmd_keys_create)
+    s = keys.add_parser("list", help="key ids, names, users, admin flags (never secrets)")
+    s.add_argument("--json", action="store_true", help="print the keys as JSON")
+    s.set_defaults(run=_cmd_keys_list)
+    s = keys.add_parser("revoke", help="delete a key; a running service refuses it from its next request")
+    s.add_argument("key_id", help="the 8 hex characters after 'ek_' (see `keys list`)")
+    s.set_defaults(run=_cmd_keys_revoke)
+    for s in keys.choices.values():
+        s.add_argument("--keys-file", type=Path, default=None,
+                       help="the keys file (default: the config's auth.keys_file, env ENGRAM_AUTH__KEYS_FILE)")
+
     s = sub.add_parser("bench", help="run python -m bench.NAME ARGS...")
     s.add_argument("name", help="a module under bench/, e.g. locomo")
     s.add_argument("args", nargs=argparse.REMAINDER, help="passed on to the benchmark")
@@ -418,6 +526,8 @@ def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | 
         return 1
     except ValidationError as exc:
         return _fail(f"invalid request: {_brief(exc)}")
+    except KeyFileError as exc:
+        return _fail(str(exc))
     except httpx.ConnectError:
         return _fail(f"cannot connect to {args.url}; start the service with `engram start` (or set --url)", code=2)
     except httpx.TransportError as exc:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from serve.engine_config import EngineConfig
@@ -380,6 +380,27 @@ class ClusterConfig(_Section):
     )
 
 
+class AuthConfig(_Section):
+    """API keys of the HTTP API (``cluster/auth.py``; created with ``engram keys create``)."""
+
+    required: bool = Field(
+        True,
+        description="API keys required on every /v1 route except /v1/health (/metrics and the OpenAPI pages stay "
+        "open too); false only on a private dev box.",
+    )
+    keys_file: Path = Field(
+        default_factory=lambda: Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "engram"
+        / "api-keys.json",
+        description="JSON file of the keys' SHA-256 hashes, tenants and admin flags (mode 0600), read by every "
+        "ingress replica on its own node and re-read when it changes; '~' is expanded.",
+    )
+
+    @field_validator("keys_file")
+    @classmethod
+    def _expand(cls, path: Path) -> Path:
+        return path.expanduser()
+
+
 class EngramConfig(BaseSettings):
     """The root of the tree. Build it with :func:`load_config`."""
 
@@ -395,6 +416,7 @@ class EngramConfig(BaseSettings):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     paths: PathsConfig = Field(default_factory=PathsConfig)
 

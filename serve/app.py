@@ -44,6 +44,16 @@ def check_ready(config: EngramConfig) -> None:
                 f"admission.mode is 'classifier' but no trained weights are in {weights}; train them with "
                 f"`{TRAIN_COMMAND}` (~7 min on 2 CPU cores) or set admission.mode: store_all"
             )
+    if config.auth.required:
+        from cluster.auth import KeyStore
+
+        keys = config.auth.keys_file
+        if not KeyStore(keys).list():  # a corrupt file raises KeyFileError, naming it
+            raise FileNotFoundError(
+                f"auth.required is true but {keys} holds no API key, so every request would get a 401; make one "
+                f"with `engram keys create --admin --keys-file {keys}` (or --tenant USER instead of --admin), or "
+                "set auth.required: false on a private dev box"
+            )
 
 
 def build_app(args: AppArgs | dict[str, Any]) -> Application:

@@ -2,12 +2,14 @@
 
 :func:`install_error_handlers` maps, in one place: request-validation errors -> 422, the service's
 :class:`~cluster.errors.EngramError` tree -> its own status, HTTP errors (unknown route, wrong method)
--> their status, and anything unexpected -> 500 without internals in the message.
+-> their status, and anything unexpected -> 500 without internals in the message. A 401 carries
+``WWW-Authenticate: Bearer`` (RFC 6750), telling the client which credentials the API takes.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -22,9 +24,14 @@ HTTP_TYPES = {404: "not_found_error", 405: "method_not_allowed", 413: "request_t
 
 
 def error_response(status: int, message: str, type_: str, param: str | None = None,
-                   code: str | None = None) -> JSONResponse:
+                   code: str | None = None, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": type_, "param": param, "code": code}},
-                        status_code=status)
+                        status_code=status, headers=headers)
+
+
+def engram_error_response(exc: EngramError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return error_response(exc.status, exc.message, exc.type, exc.param, exc.code, headers)
 
 
 def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -50,7 +57,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(EngramError)
     async def _engram(request: Request, exc: EngramError) -> JSONResponse:
-        return error_response(exc.status, exc.message, exc.type, exc.param, exc.code)
+        return engram_error_response(exc)
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:

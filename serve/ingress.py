@@ -7,6 +7,8 @@ write is acknowledged; segment summaries are written afterwards in the backgroun
 Read paths: ``/v1/search`` (tier memories + routed segments, no model call besides the query's
 embedding) and ``/v1/ask`` (route -> assistants extract verbatim evidence from their segments in
 parallel -> the master answers).
+Every ``/v1`` route but ``/v1/health`` first checks the request's API key against the tenant it names
+(``MemoryAPI._authorize``, ``cluster/auth.py``); ``/metrics`` and the OpenAPI pages stay open.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ import uuid
 from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
-from fastapi import FastAPI, Query, Request, Response
+from fastapi import FastAPI, Query, Request, Response, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from ray import serve
 from ray.exceptions import ActorDiedError, ActorUnschedulableError, GetTimeoutError, RayActorError
 
@@ -29,18 +34,28 @@ from actors.assistant import Evidence
 from actors.episodic import dedupe_evidence
 from actors.remote import ASSISTANT_WRITES, WRITES
 from actors.tenant_episodes import RouteResult, TurnRecord
+from actors.tenant_export import InvalidExport, export_lines, parse_import
+from cluster.auth import ApiKey, KeyFileError, KeyStore, permit
 from cluster.config import EngramConfig
-from cluster.errors import ConflictError, NotFoundError, UnavailableError
+from cluster.errors import (
+    ConflictError,
+    EngramError,
+    InvalidRequestError,
+    NotFoundError,
+    PayloadTooLargeError,
+    UnavailableError,
+)
 from cluster.topology import Topology
 from serve import schemas as s
 from serve.engine import TokenBill
-from serve.errors import install_error_handlers
+from serve.errors import engram_error_response, install_error_handlers
 from serve.metrics import Metrics
 
 log = logging.getLogger(__name__)
 VERSION = "0.1.0"
 SUMMARY_BATCH = 4  # segments per summary call (each a ~1,000-token prompt: ~4 s on 2 CPU cores)
 SUMMARY_TIMEOUT_S = 900.0  # background work: a slow pool is not an error
+NDJSON = "application/x-ndjson"
 WRITE_IDLE_S = 1.0  # writes count as paused once none has run for this long (summaries wait for a pause)
 
 app = FastAPI(
@@ -51,6 +66,52 @@ app = FastAPI(
 )
 install_error_handlers(app)
 METRICS = Metrics()
+# NOTE: auto_error=False: a missing key reaches ApiKeyCheck, which answers 401 in the API's error body (and not
+# at all when auth.required is false); through Security(BEARER) the OpenAPI spec declares the scheme.
+BEARER = HTTPBearer(auto_error=False, scheme_name="ApiKey",
+                    description="An API key from `engram keys create` (docs/cluster.md, API keys).")
+
+
+class ApiKeyCheck:
+    """The dependency every /v1 endpoint but health takes: the request's API key (None when ``auth.required``
+    is false). ``ApiKeyCheck.store`` is the replica's KeyStore (``MemoryAPI.__init__``; one replica per
+    process). Whether the key may act for the user is ``MemoryAPI._authorize``'s check.
+
+    The dependency declares the scheme in the OpenAPI spec; the gate is :func:`_authenticate`, a middleware
+    that checks the key before FastAPI parses anything, so a caller without a valid key learns nothing about
+    the API (401 first, even for a body that is not JSON)."""
+
+    store: KeyStore | None = None
+
+    def __call__(self, credentials: HTTPAuthorizationCredentials | None = Security(BEARER)) -> ApiKey | None:
+        return self.check(credentials.credentials if credentials else None)
+
+    @classmethod
+    def check(cls, token: str | None) -> ApiKey | None:
+        if cls.store is None:
+            return None
+        try:
+            return cls.store.authenticate(token)
+        except KeyFileError:
+            log.exception("API keys cannot be checked")
+            raise UnavailableError("the service cannot read its API keys (see its log)",
+                                   code="key_store_error") from None
+
+
+API_KEY = ApiKeyCheck()
+OPEN_PATHS = frozenset({"/v1/health"})  # /metrics and the OpenAPI pages are outside /v1
+
+
+@app.middleware("http")
+async def _authenticate(request: Request, call_next: Any) -> Response:
+    path = request.url.path
+    if ApiKeyCheck.store is not None and path.startswith("/v1/") and path not in OPEN_PATHS:
+        scheme, token = get_authorization_scheme_param(request.headers.get("authorization"))
+        try:
+            ApiKeyCheck.check(token if scheme.lower() == "bearer" else None)
+        except EngramError as e:
+            return engram_error_response(e)
+    return await call_next(request)
 
 
 @app.middleware("http")
@@ -113,6 +174,9 @@ class MemoryAPI:
         self._summaries: list[tuple[float, str, dict[int, list]]] = []  # (queued at, tenant, segments by actor)
         self._summariser: asyncio.Task | None = None
         self._query_embedder = None
+        # NOTE: on the class: Serve hands the replica a pickled copy of the app, whose API_KEY instance is not this
+        # module's; the class itself travels by reference.
+        ApiKeyCheck.store = KeyStore(self.config.auth.keys_file) if self.config.auth.required else None
         if self.config.cluster.local_query_embedding:
             from serve.embedder import Embedder
             from serve.pool import use_cores
@@ -152,6 +216,13 @@ class MemoryAPI:
         raise UnavailableError(f"{kind}-{i} did not answer ({type(error).__name__}); retry the request",
                                code="actor_unavailable") from error
 
+    @staticmethod
+    def _authorize(key: ApiKey | None, tenant: str | None, admin: bool = False) -> None:
+        """403 unless the request's key (authenticated by ``API_KEY``) may act for ``tenant`` (and is an admin
+        key, with ``admin``); nothing when ``auth.required`` is false (no key). First thing in every endpoint."""
+        if key is not None:
+            permit(key, tenant, admin)
+
     async def _embed(self, texts: list[str], is_query: bool = False) -> np.ndarray:
         if is_query and self._query_embedder is not None:
             return await asyncio.to_thread(self._query_embedder.encode, texts, is_query=True)
@@ -159,7 +230,9 @@ class MemoryAPI:
 
     # -- writes ------------------------------------------------------------------------------
     @app.post("/v1/turns", response_model=s.AddTurnsResponse, summary="Add turns (admission decides what is kept)")
-    async def add_turns(self, req: s.AddTurnsRequest) -> s.AddTurnsResponse:
+    async def add_turns(self, req: s.AddTurnsRequest,
+                        key: ApiKey | None = Security(API_KEY)) -> s.AddTurnsResponse:
+        self._authorize(key, req.user_id)
         self._writes += 1
         try:
             return await self._add_turns(req)
@@ -266,7 +339,9 @@ class MemoryAPI:
 
     # -- reads -------------------------------------------------------------------------------
     @app.post("/v1/search", response_model=s.SearchResponse, summary="Memories and segments for a query")
-    async def search(self, req: s.SearchRequest) -> s.SearchResponse:
+    async def search(self, req: s.SearchRequest,
+                     key: ApiKey | None = Security(API_KEY)) -> s.SearchResponse:
+        self._authorize(key, req.user_id)
         topo = await self.topology()
         q = (await self._embed([req.query], is_query=True))[0]
         hits, route = await asyncio.gather(
@@ -279,7 +354,9 @@ class MemoryAPI:
         return s.SearchResponse(user_id=req.user_id, memories=memories, segments=_segment_hits(route))
 
     @app.post("/v1/ask", response_model=s.AskResponse, summary="Answer a question from episodic evidence")
-    async def ask(self, req: s.AskRequest) -> s.AskResponse:
+    async def ask(self, req: s.AskRequest,
+                  key: ApiKey | None = Security(API_KEY)) -> s.AskResponse:
+        self._authorize(key, req.user_id)
         topo = await self.topology()
         tenant = req.user_id
         q = (await self._embed([req.question], is_query=True))[0]
@@ -319,7 +396,9 @@ class MemoryAPI:
     # -- memories ----------------------------------------------------------------------------
     @app.get("/v1/memories", response_model=s.MemoryList, summary="List a user's memories")
     async def list_memories(self, user_id: s.Identifier, offset: int = Query(0, ge=0, le=10_000_000),
-                            limit: int = Query(50, ge=1, le=1000)) -> s.MemoryList:
+                            limit: int = Query(50, ge=1, le=1000),
+                            key: ApiKey | None = Security(API_KEY)) -> s.MemoryList:
+        self._authorize(key, user_id)
         topo = await self.topology()
         items, total = await self._actor("tier", topo.index("tier", user_id), "list", user_id, offset, limit)
         return s.MemoryList(user_id=user_id, memories=[_memory(m) for m in items], total=total, offset=offset,
@@ -327,7 +406,9 @@ class MemoryAPI:
 
     @app.get("/v1/memories/{memory_id:path}", response_model=s.Memory, summary="One memory",
              responses={404: {"model": s.ErrorBody}})
-    async def get_memory(self, memory_id: str, user_id: s.Identifier) -> s.Memory:
+    async def get_memory(self, memory_id: str, user_id: s.Identifier,
+                         key: ApiKey | None = Security(API_KEY)) -> s.Memory:
+        self._authorize(key, user_id)
         topo = await self.topology()
         m = await self._actor("tier", topo.index("tier", user_id), "get", user_id, memory_id)
         if m is None:
@@ -336,7 +417,9 @@ class MemoryAPI:
 
     @app.delete("/v1/memories/{memory_id:path}", response_model=s.Deleted, summary="Delete one memory",
                 responses={404: {"model": s.ErrorBody}})
-    async def delete_memory(self, memory_id: str, user_id: s.Identifier) -> s.Deleted:
+    async def delete_memory(self, memory_id: str, user_id: s.Identifier,
+                            key: ApiKey | None = Security(API_KEY)) -> s.Deleted:
+        self._authorize(key, user_id)
         topo = await self.topology()
         n = await self._actor("tier", topo.index("tier", user_id), "delete", user_id, [memory_id])
         lines = await asyncio.gather(
@@ -347,13 +430,66 @@ class MemoryAPI:
         return s.Deleted(user_id=user_id, memories=n, turns=int(sum(lines)))
 
     @app.delete("/v1/users/{user_id:path}", response_model=s.Deleted, summary="Delete everything of a user")
-    async def delete_user(self, user_id: s.Identifier) -> s.Deleted:
+    async def delete_user(self, user_id: s.Identifier,
+                          key: ApiKey | None = Security(API_KEY)) -> s.Deleted:
+        self._authorize(key, user_id, admin=True)
         topo = await self.topology()
         dropped = {kind: await asyncio.gather(*(self._actor(kind, i, "drop_tenant", user_id)
                                                 for i in range(len(handles))))
                    for kind, handles in topo.actors.items()}
         tiers, lines = dropped["tier"], dropped["assistants"]
         return s.Deleted(user_id=user_id, memories=int(sum(tiers)), turns=int(sum(lines)))
+
+    @app.get("/v1/users/{user_id:path}/export", summary="Export a user's memory as JSON Lines",
+             response_class=Response, responses={200: {"content": {NDJSON: {"schema": {"type": "string"}}}}})
+    async def export_user(self, user_id: s.Identifier,
+                          key: ApiKey | None = Security(API_KEY)) -> Response:
+        """Memories (tiers), episodic segments and the stream's state with their vectors, one JSON object per
+        line (``actors/tenant_export.py``); ``POST .../import`` rebuilds the user from it exactly."""
+        self._authorize(key, user_id)
+        topo = await self.topology()
+        memories = self._actor("tier", topo.index("tier", user_id), "export_tenant", user_id)
+        # NOTE: the router first: a segment it lists is either still pending there or already held by an assistant
+        stream = await self._actor("router", topo.index("router", user_id), "export_tenant", user_id)
+        held = await asyncio.gather(*(self._actor("assistants", i, "segments", user_id)
+                                      for i in range(len(topo.assistants))))
+        lines = export_lines(user_id, topo.dim, await memories, stream, {seg.id: seg for g in held for seg in g})
+        return Response("".join(line + "\n" for line in lines), media_type=NDJSON,
+                        headers={"Content-Disposition": f'attachment; filename="{quote(user_id, safe="")}.jsonl"'})
+
+    @app.post("/v1/users/{user_id:path}/import", response_model=s.Imported, summary="Import a user's memory",
+              openapi_extra={"requestBody": {"required": True,
+                                             "content": {NDJSON: {"schema": {"type": "string"}}}}},
+              responses={400: {"model": s.ErrorBody}, 409: {"model": s.ErrorBody}, 413: {"model": s.ErrorBody}})
+    async def import_user(self, user_id: s.Identifier, request: Request,
+                          key: ApiKey | None = Security(API_KEY)) -> s.Imported:
+        """Rebuild a user from an export (the same or another user id). The user must hold nothing yet
+        (409 otherwise: delete it first); the whole upload is checked before anything is written."""
+        self._authorize(key, user_id)
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > s.MAX_IMPORT_BYTES:
+                raise PayloadTooLargeError(f"an import is at most {s.MAX_IMPORT_BYTES} bytes", code="too_large")
+        topo = await self.topology()
+        try:
+            plan = parse_import(bytes(body).splitlines(), topo.dim)
+        except (InvalidExport, UnicodeDecodeError) as e:
+            raise InvalidRequestError(f"not an Engram export: {e}", param="body", code="invalid_export") from None
+        tier, router = topo.index("tier", user_id), topo.index("router", user_id)
+        _, total = await self._actor("tier", tier, "list", user_id, 0, 1)
+        if total or await self._actor("router", router, "context", user_id):
+            raise ConflictError(f"user {user_id!r} already has memories; DELETE /v1/users/{user_id} first or "
+                                "import under another user id", param="user_id", code="user_exists")
+        stored = await self._actor("tier", tier, "import_tenant", user_id, plan.memories)
+        groups: dict[int, list] = defaultdict(list)
+        for seg in plan.segments:
+            groups[topo.assistant_index(user_id, seg.id)].append(seg)
+        await asyncio.gather(*(self._actor("assistants", i, "add", user_id, segs) for i, segs in groups.items()))
+        segments = 0
+        if plan.stream is not None:
+            segments = await self._actor("router", router, "import_tenant", user_id, plan.stream)
+        return s.Imported(user_id=user_id, memories=stored, segments=segments)
 
     # -- operations --------------------------------------------------------------------------
     @app.get("/v1/health", response_model=s.Health, summary="Liveness of every actor")

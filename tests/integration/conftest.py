@@ -4,10 +4,14 @@ started with ``ray start`` (inside the loopback namespace), and the whole servic
 The Serve replicas need the custom resource ``engram_head`` so that they stay on the head node; the
 stateful actors are spread over both nodes (``cluster.placement: spread``). The worker node runs in
 its own process group so that ``test_worker_loss`` can kill it by its own process ids.
+
+API keys are on, as served: ``KEYS_FILE`` (a fresh temporary file) holds ``ADMIN_KEY``, made when this module
+is imported, before ``build_app`` checks that the file holds a key. Clients send it with ``auth_headers``.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -15,10 +19,21 @@ from pathlib import Path
 
 import pytest
 
+from cluster.auth import KeyStore
 from cluster.local_cluster import RAY, LocalCluster, alive_nodes, free_port
 
 NAMESPACE = "engram-test"
 STORAGE = Path(tempfile.mkdtemp(prefix="engram-state-"))  # the actors' journals for this test session
+KEYS_FILE = Path(tempfile.mkdtemp(prefix="engram-keys-")) / "api-keys.json"  # the service's API keys
+ADMIN_KEY, _ = KeyStore(KEYS_FILE).create([], admin=True, name="integration tests")
+# NOTE: ENGRAM_* wins over the overrides below; a developer's own keys file or auth switch must not apply here.
+for _var in ("ENGRAM_AUTH__KEYS_FILE", "ENGRAM_AUTH__REQUIRED"):
+    os.environ.pop(_var, None)
+
+
+def auth_headers(key: str) -> dict[str, str]:
+    """``{"Authorization": "Bearer <key>"}``, for httpx clients."""
+    return {"Authorization": f"Bearer {key}"}
 
 
 def service_args(namespace: str = NAMESPACE) -> dict:
@@ -33,6 +48,7 @@ def service_args(namespace: str = NAMESPACE) -> dict:
             "episodic": {"segment_tokens": 160, "evidence_per_segment": 3},
             "cluster": {"namespace": namespace, "tier_shards": 2, "assistant_actors": 2, "router_shards": 1,
                         "actor_call_timeout_s": 120, "storage_dir": str(STORAGE), "snapshot_every": 50},
+            "auth": {"keys_file": str(KEYS_FILE)},
             "tiers": {"l1": {"capacity": 20}, "l2": {"capacity": 200}},
         },
         **{name: on_head for name in ("ingress", "embedder", "admission", "llm", "master")},
@@ -82,3 +98,4 @@ def service(serve_url):
     serve.run(build_app(service_args()), name="engram", route_prefix="/")
     yield serve_url
     shutil.rmtree(STORAGE, ignore_errors=True)
+    shutil.rmtree(KEYS_FILE.parent, ignore_errors=True)

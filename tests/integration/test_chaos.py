@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from bench import chaos
 from cluster.config import load_config
-from tests.integration.conftest import service_args
+from tests.integration.conftest import ADMIN_KEY, service_args
 
 
 def test_no_acknowledged_turn_is_lost_while_actors_are_killed(service):
     config = load_config("cpu", service_args()["config"])
     result = chaos.run(service, config, turns=300, kill_every=1.5, tenants=6, writers=4,
-                       data=config.data.locomo_path, prefix="chaos")
+                       data=config.data.locomo_path, prefix="chaos", api_key=ADMIN_KEY)
     print(f"\nchaos: {result}")
     assert result["turns_acked"] == 300
     assert result["kills"] >= 2, result

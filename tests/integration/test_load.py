@@ -8,6 +8,7 @@ import asyncio
 import httpx
 
 from bench import load
+from tests.integration.conftest import ADMIN_KEY, auth_headers
 
 USERS = ["load-a", "load-b"]
 FACTS = ["I keep my bike in the blue shed.", "My sister moved to Porto in March.", "I train for a marathon in May.",
@@ -15,7 +16,7 @@ FACTS = ["I keep my bike in the blue shed.", "My sister moved to Porto in March.
 
 
 def test_mixed_load_gets_no_errors(service):
-    with httpx.Client(base_url=service, timeout=300) as client:
+    with httpx.Client(base_url=service, timeout=300, headers=auth_headers(ADMIN_KEY)) as client:
         for user in USERS:
             r = client.post("/v1/turns", json={"user_id": user, "turns": [
                 {"id": f"seed-{i}", "speaker": "user", "text": text} for i, text in enumerate(FACTS)]})
@@ -23,7 +24,7 @@ def test_mixed_load_gets_no_errors(service):
     asked = ("Where is the bike?", "Who moved to Porto?", "What is the cat called?")
     questions = [(u, q) for u in USERS for q in asked]
     result = asyncio.run(load.run(service, seconds=10, concurrency=8, mix=(0.45, 0.5, 0.05), users=USERS,
-                                  questions=questions))
+                                  questions=questions, api_key=ADMIN_KEY))
     print(f"\nload: {result}")
     assert result["errors"] == 0, result["statuses"]
     assert result["ops"]["add"]["requests"] > 0 and result["ops"]["search"]["requests"] > 0

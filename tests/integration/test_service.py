@@ -11,7 +11,7 @@ import pytest
 
 from bench.locomo_data import load_locomo
 from cluster.config import load_config
-from tests.integration.conftest import NAMESPACE, service_args
+from tests.integration.conftest import ADMIN_KEY, NAMESPACE, auth_headers, service_args
 
 USER = "conv-26"
 TURNS = 40
@@ -19,7 +19,7 @@ TURNS = 40
 
 @pytest.fixture(scope="module")
 def client(service):
-    with httpx.Client(base_url=service, timeout=300) as c:
+    with httpx.Client(base_url=service, timeout=300, headers=auth_headers(ADMIN_KEY)) as c:
         yield c
 
 

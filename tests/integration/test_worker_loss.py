@@ -15,7 +15,7 @@ import ray
 
 from cluster.config import load_config
 from cluster.topology import Topology
-from tests.integration.conftest import alive_nodes, service_args
+from tests.integration.conftest import ADMIN_KEY, alive_nodes, auth_headers, service_args
 
 TENANTS = [f"tenant-{i}" for i in range(8)]
 PER_TENANT = 6
@@ -37,7 +37,7 @@ def retry(call, deadline_s: float = 120.0) -> httpx.Response:
 
 @pytest.fixture(scope="module")
 def client(service):
-    with httpx.Client(base_url=service, timeout=300) as c:
+    with httpx.Client(base_url=service, timeout=300, headers=auth_headers(ADMIN_KEY)) as c:
         yield c
 
 

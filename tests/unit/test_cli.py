@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from cluster import cli
+from cluster.auth import KeyStore
 from serve.schemas import AskResponse
 from tests.fake_engram import FakeEngram
 
@@ -221,6 +222,7 @@ def test_start_prints_url_and_loopback_hint_then_execs_serve(monkeypatch, tmp_pa
     calls = []
     monkeypatch.setattr(cli.os, "execvpe", lambda file, args, env: calls.append((file, args, env)))
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.setenv("ENGRAM_AUTH__REQUIRED", "false")  # the admin key on a first start: its own test below
     if not Path(sys.executable).with_name("serve").is_file():
         pytest.skip("no serve executable next to this interpreter")
 
@@ -235,3 +237,74 @@ def test_start_prints_url_and_loopback_hint_then_execs_serve(monkeypatch, tmp_pa
 
 def test_start_default_config_is_the_repo_cpu_profile() -> None:
     assert cli.serve_url(cli._resolve_config(cli.DEFAULT_CONFIG)) == "http://127.0.0.1:8000"
+
+
+def test_start_makes_an_admin_key_once_in_the_served_configs_keys_file(monkeypatch, tmp_path, capsys) -> None:
+    keys_file = tmp_path / "served-keys.json"
+    config = tmp_path / "serve.yaml"
+    config.write_text("applications:\n  - name: engram\n    import_path: serve.app:build_app\n    args:\n"
+                      f"      profile: cpu\n      config: {{auth: {{keys_file: {keys_file}}}}}\n")
+    monkeypatch.setattr(cli.os, "execvpe", lambda file, args, env: None)
+    monkeypatch.setattr(cli, "start_command", lambda config, environ: ([sys.executable], dict(environ)))
+    monkeypatch.delenv("ENGRAM_AUTH__KEYS_FILE", raising=False)
+    monkeypatch.delenv("ENGRAM_AUTH__REQUIRED", raising=False)
+    KeyStore(keys_file).create(["alice"])  # a tenant key is not enough to administer the service
+
+    assert cli.main(["start", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    (admin,) = [k for k in KeyStore(keys_file).list() if k.admin]
+    plaintext = next(w for w in out.split() if w.startswith(f"ek_{admin.key_id}_"))
+    assert f"export ENGRAM_API_KEY={plaintext}" in out
+    assert KeyStore(keys_file).authorize(plaintext, "anyone", admin=True) == admin
+
+    assert cli.main(["start", "--config", str(config)]) == 0  # the next start: no new key, no banner
+    assert "ek_" not in capsys.readouterr().out and len(KeyStore(keys_file).list()) == 2
+
+    monkeypatch.setenv("ENGRAM_AUTH__REQUIRED", "false")
+    keys_file.unlink()
+    assert cli.main(["start", "--config", str(config)]) == 0 and not keys_file.exists()
+
+
+# ---------------------------------------------------------------- keys
+
+
+def test_keys_create_list_revoke_against_the_configured_file(monkeypatch, tmp_path, capsys) -> None:
+    keys_file = tmp_path / "k" / "api-keys.json"
+    monkeypatch.setenv("ENGRAM_AUTH__KEYS_FILE", str(keys_file))  # the default: load_config().auth.keys_file
+
+    assert cli.main(["keys", "create", "--tenant", "alice", "--tenant", "bob", "--name", "ci"]) == 0
+    captured = capsys.readouterr()
+    plaintext = captured.out.strip()  # stdout is the key alone: KEY=$(engram keys create ...)
+    assert plaintext.startswith("ek_") and f"export ENGRAM_API_KEY={plaintext}" in captured.err
+    assert plaintext not in keys_file.read_text()
+    key = KeyStore(keys_file).authorize(plaintext, "bob")
+    assert (key.name, key.tenants, key.admin) == ("ci", ["alice", "bob"], False)
+
+    assert cli.main(["keys", "create", "--admin"]) == 0
+    capsys.readouterr()
+    assert cli.main(["keys", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "2 API keys" in out and f"{key.key_id}" in out and "alice,bob" in out and "admin" in out
+    assert "ek_" not in out and key.sha256 not in out
+    assert cli.main(["keys", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [k["key_id"] for k in listed][0] == key.key_id and all("sha256" not in k for k in listed)
+
+    assert cli.main(["keys", "revoke", key.key_id]) == 0
+    assert key.key_id in capsys.readouterr().out
+    assert [k.key_id for k in KeyStore(keys_file).list()] == [listed[1]["key_id"]]
+    assert cli.main(["keys", "revoke", key.key_id]) == 1
+    assert "no API key" in capsys.readouterr().err
+
+
+def test_keys_errors_bad_tenant_no_scope_corrupt_file(tmp_path, capsys) -> None:
+    keys_file = tmp_path / "api-keys.json"
+    assert cli.main(["keys", "create", "--tenant", "bad id", "--keys-file", str(keys_file)]) == 2
+    assert "not a valid user id" in capsys.readouterr().err
+    assert cli.main(["keys", "create", "--keys-file", str(keys_file)]) == 2  # neither --tenant nor --admin
+    assert not keys_file.exists()
+    assert cli.main(["keys", "list", "--keys-file", str(keys_file)]) == 0
+    assert "engram keys create --tenant USER" in capsys.readouterr().out
+    keys_file.write_text("{oops")
+    assert cli.main(["keys", "create", "--admin", "--keys-file", str(keys_file)]) == 1
+    assert str(keys_file) in capsys.readouterr().err and keys_file.read_text() == "{oops"

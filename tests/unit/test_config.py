@@ -49,3 +49,17 @@ def test_every_field_has_a_description():
             if hasattr(ann, "model_fields"):
                 walk(ann, f"{prefix}{name}.")
     walk(EngramConfig)
+
+
+def test_auth_is_required_by_default_and_its_keys_file_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("ENGRAM_AUTH__REQUIRED", raising=False)
+    monkeypatch.delenv("ENGRAM_AUTH__KEYS_FILE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    cfg = load_config("cpu")
+    assert cfg.auth.required is True and cfg.auth.keys_file == tmp_path / ".cache" / "engram" / "api-keys.json"
+    assert load_config("cpu", {"auth": {"keys_file": "~/k.json"}}).auth.keys_file == tmp_path / "k.json"
+    monkeypatch.setenv("ENGRAM_AUTH__KEYS_FILE", str(tmp_path / "env.json"))
+    monkeypatch.setenv("ENGRAM_AUTH__REQUIRED", "false")
+    cfg = load_config("cpu")
+    assert cfg.auth.keys_file == tmp_path / "env.json" and cfg.auth.required is False
