@@ -118,6 +118,10 @@ class BM25Index(Protocol):
 
     def add(self, docs: Sequence[str]) -> None: ...
 
+    def replace(self, i: int, doc: str | None) -> None:
+        """Document ``i`` becomes ``doc``; ``None`` removes it (later documents move up one). Nothing of the old
+        text stays in the index (terms no document uses any more leave the vocabulary)."""
+
     def scores(self, query: str) -> np.ndarray: ...
 
     def __len__(self) -> int: ...
@@ -148,6 +152,13 @@ class RankBM25Index:
     def add(self, docs: Sequence[str]) -> None:
         self._corpus.extend(self.tokenizer(d) for d in docs)
         self._bm25 = None  # NOTE: N, df and avgdl all change; rebuilt lazily at the next query.
+
+    def replace(self, i: int, doc: str | None) -> None:
+        if doc is None:
+            del self._corpus[i]
+        else:
+            self._corpus[i] = self.tokenizer(doc)
+        self._bm25 = None
 
     def scores(self, query: str) -> np.ndarray:
         if not any(self._corpus):  # empty corpus or no tokens: BM25Okapi would divide by zero
@@ -185,6 +196,23 @@ class SparseBM25Index:
                 self._counts.append(count)
             self._indptr.append(len(self._indices))
         self._weights = None  # NOTE: N, df and avgdl all change; rebuilt lazily at the next query.
+
+    def replace(self, i: int, doc: str | None) -> None:
+        start, stop = self._indptr[i], self._indptr[i + 1]
+        terms = Counter(self.tokenizer(doc)) if doc is not None else Counter()
+        new_indices = [self._vocab.setdefault(t, len(self._vocab)) for t in terms]
+        self._indices[start:stop] = new_indices
+        self._counts[start:stop] = list(terms.values())
+        shift = len(new_indices) - (stop - start)
+        tail = [p + shift for p in self._indptr[i + 1 :]]
+        self._indptr[i + 1 :] = tail[1:] if doc is None else tail
+        # NOTE: drop the terms no document holds any more: the vocabulary must not keep a removed text's words
+        used = sorted(set(self._indices))
+        if len(used) < len(self._vocab):
+            remap = {old: new for new, old in enumerate(used)}
+            self._vocab = {t: remap[j] for t, j in self._vocab.items() if j in remap}
+            self._indices = [remap[j] for j in self._indices]
+        self._weights = None
 
     def scores(self, query: str) -> np.ndarray:
         n = len(self)

@@ -206,6 +206,32 @@ class EpisodicRouter:
             self._summary_vecs[row] = 0.0
         self._has_summary[row] = bool(summary)
 
+    def shrink(self, segment_id: int, keep: Sequence[bool], text: str) -> None:
+        """A segment lost lines (a deleted memory): keep only its chunks marked in ``keep`` (one flag per chunk,
+        in order) and re-index its raw text as ``text``; with no chunk left the segment leaves the router.
+        Nothing of what was dropped stays in any path's index."""
+        row = self._row[segment_id]
+        start = int(self._chunk_starts[row])
+        stop = int(self._chunk_starts[row + 1]) if row + 1 < len(self._ids) else len(self._chunk_owner)
+        keep = np.asarray(keep, dtype=bool)
+        if len(keep) != stop - start:
+            raise ValueError(f"segment {segment_id} has {stop - start} chunks, got {len(keep)} flags")
+        gone = start + np.flatnonzero(~keep)
+        drop_segment = not keep.any()
+        self._chunk_vecs = np.delete(self._chunk_vecs, gone, axis=0)
+        owners = np.delete(self._chunk_owner, gone)
+        starts = self._chunk_starts.copy()
+        starts[row + 1 :] -= len(gone)
+        self._bm25.replace(row, None if drop_segment else text)
+        if drop_segment:
+            owners[owners > row] -= 1
+            starts = np.delete(starts, row)
+            self._summary_vecs = np.delete(self._summary_vecs, row, axis=0)
+            self._has_summary = np.delete(self._has_summary, row)
+            del self._ids[row]
+            self._row = {sid: r for r, sid in enumerate(self._ids)}
+        self._chunk_owner, self._chunk_starts = owners, starts
+
     def vectors_of(self, segment_id: int) -> tuple[np.ndarray, np.ndarray | None]:
         """The P_vec chunk vectors of a segment (one per line with ``chunking: turn``) and its summary's."""
         row = self._row[segment_id]

@@ -124,7 +124,8 @@ class Segment:
         return self.timestamps[-1]
 
     def drop_turns(self, turn_ids: set[str]) -> int:
-        """Remove these turns in place (a deleted memory leaves its raw line too); returns how many."""
+        """Remove these turns in place (a deleted memory leaves its raw line too, and the summary goes);
+        returns how many."""
         keep = [i for i, t in enumerate(self.turn_ids) if t not in turn_ids]
         removed = len(self.turn_ids) - len(keep)
         if removed:
@@ -132,6 +133,7 @@ class Segment:
                 values = getattr(self, name)
                 setattr(self, name, [values[i] for i in keep])
             self.overlap = sum(1 for i in keep if i < self.overlap)
+            self.summary = None  # NOTE: written from the old lines, it may tell of the removed ones
         return removed
 
     @property

@@ -8,12 +8,23 @@ is the small-model pool deployment (every actor's requests meet there and are ba
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from actors.assistant import AssistantHost, Evidence
 from actors.episodic import summary_request
 from actors.segmenter import Segment
 from serve.engine import GenerationEngine, TokenBill
+
+
+@dataclass
+class Forgotten:
+    """What :meth:`TenantAssistants.forget` removed; false when nothing (then the journal skips the call)."""
+
+    lines: int
+    segments: list[Segment] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return self.lines > 0
 
 
 class TenantAssistants:
@@ -57,11 +68,12 @@ class TenantAssistants:
     def segments(self, tenant: str) -> list[Segment]:
         """Copies of the tenant's segments held here, by id (an export reads the raw lines from them)."""
         host = self._host(tenant)
-        if host is None:
-            return []
+        return [] if host is None else self._copies(host, sorted(host.segment_ids))
+
+    @staticmethod
+    def _copies(host: AssistantHost, ids: Sequence[int]) -> list[Segment]:
         return [replace(seg, turn_ids=list(seg.turn_ids), lines=list(seg.lines), timestamps=list(seg.timestamps),
-                        token_counts=list(seg.token_counts))
-                for seg in (host.segment(i) for i in sorted(host.segment_ids))]
+                        token_counts=list(seg.token_counts)) for seg in (host.segment(i) for i in ids)]
 
     def has(self, tenant: str, segment_id: int) -> bool:
         host = self._host(tenant)
@@ -103,10 +115,17 @@ class TenantAssistants:
             out.setdefault(tenant, {})[seg.id] = seg.summary
         return out, TokenBill.of(results)
 
-    def forget(self, tenant: str, turn_ids: Sequence[str]) -> int:
-        """Remove turns from every held segment of the tenant; returns how many lines were removed."""
+    def forget(self, tenant: str, turn_ids: Sequence[str]) -> Forgotten:
+        """Remove turns from every held segment of the tenant: how many lines went, and copies of the segments
+        that lost them (the router re-indexes those; their summaries are gone, as they may tell of the turn)."""
         host = self._host(tenant)
-        return 0 if host is None else host.forget(turn_ids)
+        drop, lines, changed = set(turn_ids), 0, []
+        for sid in sorted(host.segment_ids) if host is not None else ():
+            removed = host.segment(sid).drop_turns(drop)
+            if removed:
+                lines += removed
+                changed.append(sid)
+        return Forgotten(lines, self._copies(host, changed) if changed else [])
 
     def drop_tenant(self, tenant: str) -> int:
         """Forget every segment of ``tenant``; returns how many raw lines they held."""

@@ -251,10 +251,31 @@ class TenantEpisodes:
             raise
         return len(state.closed) + (state.open is not None)
 
-    def forget(self, tenant: str, turn_ids: Sequence[str]) -> int:
-        """Drop turns from the open segment (closed ones live with the assistants); returns how many."""
+    def forget(self, tenant: str, turn_ids: Sequence[str], segments: Sequence[Segment] = ()) -> int:
+        """Drop turns from the open segment, the pending overlap and closed segments not yet delivered; and
+        re-index the closed ``segments`` (the assistants' copies after their own forget, see
+        :meth:`TenantAssistants.forget`) without the lines they lost — their summaries go too. Returns how
+        many lines left the stream's segments and indexes."""
         s = self._stream(tenant)
-        return 0 if s is None else s.segmenter.forget(turn_ids)
+        if s is None:
+            return 0
+        drop = set(turn_ids)
+        removed = s.segmenter.forget(drop) + sum(seg.drop_turns(drop) for seg in s.pending.values())
+        for seg in segments:
+            if seg.id not in s.meta:
+                continue
+            held = set(seg.turn_ids)
+            keep = [t in held for t in s.meta[seg.id][2]]
+            if all(keep):
+                continue
+            s.router.shrink(seg.id, keep, seg.text)
+            removed += keep.count(False)
+            s.summaries.pop(seg.id, None)
+            if seg.turn_ids:
+                s.meta[seg.id] = (seg.start, seg.end, list(seg.turn_ids))
+            else:
+                del s.meta[seg.id]
+        return removed
 
     def drop_tenant(self, tenant: str) -> int:
         """Forget the tenant's stream; returns how many segments it had (the open one included)."""

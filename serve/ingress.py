@@ -312,7 +312,8 @@ class MemoryAPI:
             for _, tenant, groups in todo:
                 for i, segs in groups.items():
                     per_actor[i].extend((tenant, seg.id) for seg in segs)
-            await asyncio.gather(*(self._summarise(i, pairs) for i, pairs in per_actor.items()))
+            # NOTE: a segment queued twice (closed, then shrunk by a delete) is summarised once, as it is now
+            await asyncio.gather(*(self._summarise(i, list(dict.fromkeys(pairs))) for i, pairs in per_actor.items()))
 
     async def _summarise(self, actor: int, pairs: list[tuple[str, int]]) -> None:
         """Summaries of closed segments for the router's global path (after the writes are acknowledged).
@@ -422,12 +423,20 @@ class MemoryAPI:
         self._authorize(key, user_id)
         topo = await self.topology()
         n = await self._actor("tier", topo.index("tier", user_id), "delete", user_id, [memory_id])
-        lines = await asyncio.gather(
-            self._actor("router", topo.index("router", user_id), "forget", user_id, [memory_id]),
-            *(self._actor("assistants", i, "forget", user_id, [memory_id]) for i in range(len(topo.assistants))))
-        if n == 0 and not any(lines):
+        forgotten = await asyncio.gather(*(self._actor("assistants", i, "forget", user_id, [memory_id])
+                                           for i in range(len(topo.assistants))))
+        changed = [seg for f in forgotten for seg in f.segments]
+        # NOTE: the router re-indexes the segments that lost the line (BM25, dense chunks; summaries dropped)
+        lines = await self._actor("router", topo.index("router", user_id), "forget", user_id, [memory_id], changed)
+        if n == 0 and not lines and not any(forgotten):
             raise NotFoundError(f"memory {memory_id!r} not found for user {user_id!r}", param="memory_id")
-        return s.Deleted(user_id=user_id, memories=n, turns=int(sum(lines)))
+        if changed and self.config.cluster.summaries:  # fresh summaries of what the segments hold now
+            groups: dict[int, list] = defaultdict(list)
+            for seg in changed:
+                if seg.lines:
+                    groups[topo.assistant_index(user_id, seg.id)].append(seg)
+            self._queue_summaries(user_id, groups)
+        return s.Deleted(user_id=user_id, memories=n, turns=max(lines, sum(f.lines for f in forgotten)))
 
     @app.delete("/v1/users/{user_id:path}", response_model=s.Deleted, summary="Delete everything of a user")
     async def delete_user(self, user_id: s.Identifier,

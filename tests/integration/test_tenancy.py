@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import time
 import uuid
@@ -21,7 +22,7 @@ import pytest
 
 from tests.integration.conftest import ADMIN_KEY, STORAGE, auth_headers
 
-OPS = 10_000
+OPS = int(os.environ.get("TENANCY_OPS", "10000"))
 TENANTS = 24
 CONCURRENCY = 16
 WORDS = ("harbor violin pepper meadow lantern copper willow candle saddle thunder orchard canvas marble "
@@ -62,7 +63,7 @@ async def run_mixed(url: str, tenants: list[Tenant], seed: int) -> tuple[Counter
         for _ in todo:
             t = rng.choice(tenants)
             other = rng.choice(tenants)
-            op = rng.choices(["add", "search", "list", "get", "delete"], [5, 45, 20, 25, 5])[0]
+            op = rng.choices(["add", "search", "list", "get", "delete"], [4, 36, 25, 32, 3])[0]
             if op == "add" or not t.memories and op in ("get", "delete"):
                 op = "add"
                 mid = f"m{t.next}"

@@ -141,3 +141,24 @@ def test_config_parameters_are_used():
     plain.add(docs)
     flat.add(docs)
     assert not np.allclose(plain.scores("apple"), flat.scores("apple"))
+
+
+@pytest.mark.parametrize("cls", [RankBM25Index, SparseBM25Index])
+def test_replacing_and_removing_documents_equals_building_without_them(cls):
+    rng = random.Random(3)
+    docs = random_docs(rng, 20, [f"w{i}" for i in range(40)])
+    docs[5] += " secretword"
+    edited = make(cls, "lucene")
+    edited.add(docs)
+    edited.replace(5, "w1 w2 w3")  # the only document with "secretword"
+    edited.replace(9, None)
+    edited.replace(0, None)
+    want = [d for i, d in enumerate(docs) if i not in (0, 9)]
+    want[4] = "w1 w2 w3"
+    fresh = make(cls, "lucene")
+    fresh.add(want)
+    assert len(edited) == len(fresh) == 18
+    for q in ["w1 w2", "w30 w3 w3", "secretword", "w39 w0"]:
+        np.testing.assert_allclose(edited.scores(q), fresh.scores(q), rtol=1e-12)
+    if cls is SparseBM25Index:  # nothing of a removed text stays in the vocabulary
+        assert "secretword" not in edited._vocab and sorted(edited._vocab) == sorted(fresh._vocab)

@@ -227,3 +227,28 @@ def test_add_rejects_known_ids_and_empty_router_routes_nothing():
     with pytest.raises(ValueError, match="already indexed"):
         r.add([seg(1, "again")])
     assert len(r) == 1 and r.segment_ids == [1]
+
+
+@pytest.mark.parametrize("mode", ["union", "fusion"])
+def test_shrinking_a_segment_routes_as_if_its_lines_had_never_been_there(mode):
+    rng = random.Random(4)
+    vocab = [f"w{i}" for i in range(50)]
+    segments = [seg(sid, *(" ".join(rng.choices(vocab, k=rng.randint(3, 9))) for _ in range(rng.randint(2, 5))),
+                    summary=" ".join(rng.choices(vocab, k=4)))
+                for sid in range(8)]
+    segments[3].lines[1] += " zebraquartz"
+    cfg = RouterConfig(mode=mode, chunking="turn", include_newest=True)
+    edited = EpisodicRouter(HashingEncoder(dim=256), cfg)
+    edited.add(segments)
+    # segment 3 loses its line 1, segment 5 loses every line (it leaves the router)
+    pruned = [s for s in segments if s.id != 5]
+    pruned[3] = seg(3, *(line for i, line in enumerate(segments[3].lines) if i != 1), summary=segments[3].summary)
+    edited.shrink(3, [i != 1 for i in range(len(segments[3].lines))], pruned[3].text)
+    edited.shrink(5, [False] * len(segments[5].lines), "")
+    fresh = EpisodicRouter(HashingEncoder(dim=256), cfg)
+    fresh.add(pruned)
+    assert edited.segment_ids == fresh.segment_ids == [0, 1, 2, 3, 4, 6, 7]
+    for question in ["zebraquartz", "w1 w2 w3", *(" ".join(rng.choices(vocab, k=4)) for _ in range(8))]:
+        assert edited.route(question) == fresh.route(question)
+    with pytest.raises(ValueError, match="chunks"):
+        edited.shrink(3, [True], "x")

@@ -466,7 +466,7 @@ def test_assistants_extract_verbatim_in_pair_order():
     # Forget one apple line: numbering shifts, evidence stays verbatim and never holds the forgotten turn.
     gone = found[1][0].turn_id
     holders = sum(1 for s in segs if gone in s.turn_ids)
-    assert holders >= 1 and ta.forget("a", [gone]) == holders
+    assert holders >= 1 and ta.forget("a", [gone]).lines == holders
     [ev], _ = ta.extract("a", [(s0.id, "Any apple?")])
     assert gone not in [e.turn_id for e in ev] and [e.content for e in ev] == [found[1][1].content]
 
@@ -477,7 +477,7 @@ def test_assistants_skip_segments_whose_lines_were_all_forgotten():
     segs = assistant_segments("A")
     ta.add("a", segs)
     s0, s1 = segs[0], segs[1]
-    assert ta.forget("a", s0.turn_ids) >= len(s0.turn_ids)
+    assert ta.forget("a", s0.turn_ids).lines >= len(s0.turn_ids)
     assert not ta._hosts["a"].segment(s0.id).lines and ta.has("a", s0.id)
     found, bill = ta.extract("a", [(s0.id, "Any apple?"), (s1.id, "What about kiwi?")])
     assert found[0] == [] and found[1]
@@ -501,7 +501,7 @@ def test_assistants_tenant_isolation():
     assert found[0] == [] and found[1] and len(engine.batches[0]) == 1
     assert not ta.has("b", segs_a[0].id) and ta.has("a", segs_a[0].id)
     a_lines = [list(s.lines) for s in segs_a[:2]]
-    assert ta.forget("b", segs_a[0].turn_ids) == 0 and [s.lines for s in segs_a[:2]] == a_lines
+    assert not ta.forget("b", segs_a[0].turn_ids) and [s.lines for s in segs_a[:2]] == a_lines
     assert ta.summarise({"b": [segs_a[0].id]}) == ({}, TokenBill())
     b_lines = len(segs_a[2].lines)
     assert ta.drop_tenant("b") == b_lines and ta.tenants() == ["a"]
@@ -536,6 +536,7 @@ def test_assistants_summarise_extract_from_and_drop_tenant():
     assert ta.extract_from([empty], "Any kiwi?") == ([], TokenBill()) and len(engine.batches) == 2
 
     removed = ta.forget("a", [segs[0].turn_ids[0]])
-    assert removed == 1
+    assert removed.lines == 1 and [s.id for s in removed.segments] == [segs[0].id]
+    assert removed.segments[0].turn_ids == segs[0].turn_ids and removed.segments[0].summary is None
     assert ta.drop_tenant("a") == sum(len(s.lines) for s in segs) and ta.drop_tenant("a") == 0
     assert ta.tenants() == [] and ta.extract("a", [(segs[0].id, "Any apple?")])[0] == [[]]

@@ -69,8 +69,8 @@ def source():
     node.tiers.search("alice", "piano castle", ENC.encode(["piano castle"])[0], 3)  # usage counters move
     gone = stream[10].turn_id  # a deleted memory leaves the tiers and its raw line everywhere
     node.tiers.delete("alice", [gone])
-    node.episodes.forget("alice", [gone])
-    node.assistants.forget("alice", [gone])
+    changed = node.assistants.forget("alice", [gone]).segments  # as the ingress does: assistants, then router
+    node.episodes.forget("alice", [gone], changed)
     return node, stream
 
 
@@ -169,3 +169,25 @@ def test_bad_uploads_are_refused_with_the_line_named(source, mutate, message):
     node, _ = source
     with pytest.raises(InvalidExport, match=message):
         parse_import(mutate(node.export("alice")), DIM)
+
+
+def test_a_deleted_memory_leaves_no_word_in_any_core_state():
+    import pickle
+    from dataclasses import replace as copy_turn
+
+    node = Node()
+    stream = random_stream(60, seed=9)
+    stream[12] = copy_turn(stream[12], text=stream[12].text + " zebraquartz")
+    for start in range(0, 60, 10):
+        node.write("alice", stream[start : start + 10])
+    gone = stream[12].turn_id
+    assert any(gone in node.episodes._streams["alice"].meta[sid][2] for sid in node.episodes.segment_ids("alice"))
+    for core in (node.tiers, node.episodes, node.assistants):
+        assert b"zebraquartz" in pickle.dumps(getattr(core, core.durable_state))
+    node.tiers.delete("alice", [gone])
+    changed = node.assistants.forget("alice", [gone]).segments
+    assert changed and node.episodes.forget("alice", [gone], changed) >= len(changed)
+    for core in (node.tiers, node.episodes, node.assistants):
+        assert b"zebraquartz" not in pickle.dumps(getattr(core, core.durable_state)), type(core).__name__
+    v = ENC.encode(["zebraquartz"])[0]
+    assert all("kw" not in a.paths for a in node.episodes.route("alice", "zebraquartz", v).activations)
