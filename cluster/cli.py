@@ -8,6 +8,7 @@
     engram ask U "Where did Caroline move from?"          answer, evidence, token bill
     engram search U "adoption agencies" [--k 5]           memories and routed segments
     engram memories U | forget U MEMORY_ID | delete-user U | health
+    engram export U [-o FILE] | import U FILE             a user's memory as JSON Lines, and back
     engram keys create --tenant U [--admin] [--name N]    an API key, printed once (keys list | keys revoke KEY_ID)
     engram bench locomo --quick                           python -m bench.locomo --quick
 
@@ -324,6 +325,28 @@ def _cmd_delete_user(args: argparse.Namespace, ctx: _Context) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace, ctx: _Context) -> int:
+    with ctx.connect() as client:
+        text = client.export_user(args.user)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.write_text(text, encoding="utf-8")
+        print(f"{args.user}: {text.count(chr(10))} lines written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _cmd_import(args: argparse.Namespace, ctx: _Context) -> int:
+    try:
+        data = sys.stdin.buffer.read() if str(args.file) == "-" else args.file.read_bytes()
+    except OSError as exc:
+        return _fail(f"cannot read {args.file}: {exc.strerror or exc}")
+    with ctx.connect() as client:
+        reply = client.import_user(args.user, data)
+    print(f"{reply.user_id}: imported {reply.memories} memories, {reply.segments} segments")
+    return 0
+
+
 def _cmd_health(args: argparse.Namespace, ctx: _Context) -> int:
     with ctx.connect() as client:
         reply = client.health()
@@ -478,6 +501,16 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("delete-user", help="delete everything stored for a user")
     s.add_argument("user")
     s.set_defaults(run=_cmd_delete_user)
+
+    s = sub.add_parser("export", help="a user's whole memory as JSON Lines")
+    s.add_argument("user")
+    s.add_argument("--output", "-o", type=Path, help="file to write (default: stdout)")
+    s.set_defaults(run=_cmd_export)
+
+    s = sub.add_parser("import", help="rebuild a user (holding nothing yet) from an export")
+    s.add_argument("user")
+    s.add_argument("file", type=Path, help="the export's JSON Lines ('-': stdin)")
+    s.set_defaults(run=_cmd_import)
 
     s = sub.add_parser("health", help="service health (exit 1 when degraded)")
     s.add_argument("--json", action="store_true", help="print the reply as JSON")

@@ -35,6 +35,7 @@ from serve.schemas import (
     Deleted,
     ErrorBody,
     Health,
+    Imported,
     Memory,
     MemoryList,
     SearchRequest,
@@ -45,6 +46,7 @@ from serve.schemas import (
 __all__ = ["AsyncEngramClient", "Call", "DEFAULT_URL", "EngramClient", "EngramHTTPError"]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+NDJSON = "application/x-ndjson"
 DEFAULT_TIMEOUT_S = 120.0  # /v1/ask runs several small-model calls; on CPU that takes a while
 
 T = TypeVar("T")
@@ -81,6 +83,7 @@ class Call(Generic[T]):
     parse: Callable[[httpx.Response], T]
     params: Mapping[str, Any] = field(default_factory=dict)
     body: BaseModel | None = None
+    content: bytes | None = None  # a raw body (an import's JSON Lines), sent as NDJSON
 
     def json_body(self) -> Any:
         # NOTE: exclude_none so that absent optional fields take the server's defaults (e.g. a turn's timestamp).
@@ -147,6 +150,15 @@ class _Calls:
         return Call("DELETE", f"/v1/users/{_seg(user_id)}", _model(Deleted))
 
     @staticmethod
+    def export_user(user_id: str) -> Call[str]:
+        return Call("GET", f"/v1/users/{_seg(user_id)}/export", lambda response: response.text)
+
+    @staticmethod
+    def import_user(user_id: str, data: str | bytes) -> Call[Imported]:
+        content = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        return Call("POST", f"/v1/users/{_seg(user_id)}/import", _model(Imported), content=content)
+
+    @staticmethod
     def health() -> Call[Health]:
         return Call("GET", "/v1/health", _model(Health))
 
@@ -167,6 +179,9 @@ def _request_options(call: Call[Any]) -> dict[str, Any]:
     body = call.json_body()
     if body is not None:
         options["json"] = body
+    if call.content is not None:
+        options["content"] = call.content
+        options["headers"] = {"Content-Type": NDJSON}
     return options
 
 
@@ -209,6 +224,14 @@ class _Endpoints:
     def delete_user(self, user_id: str):
         """Forget everything about a user → ``Deleted``."""
         return self._send(_Calls.delete_user(user_id))
+
+    def export_user(self, user_id: str):
+        """A user's whole memory as JSON Lines (``actors/tenant_export.py``) → ``str``."""
+        return self._send(_Calls.export_user(user_id))
+
+    def import_user(self, user_id: str, data: str | bytes):
+        """Rebuild a user that holds nothing yet from an export → ``Imported``."""
+        return self._send(_Calls.import_user(user_id, data))
 
     def health(self):
         """Liveness of the deployments and actors → ``Health``."""

@@ -26,6 +26,7 @@ from serve.schemas import (
     ErrorDetail,
     EvidenceOut,
     Health,
+    Imported,
     Memory,
     MemoryHit,
     MemoryList,
@@ -92,6 +93,17 @@ class FakeEngram:
                     n_mem = len(self.memories.pop(user_id, {}))
                     n_turns = len(self.turns.pop(user_id, {}))
                     return _ok(Deleted(user_id=user_id, memories=n_mem, turns=n_turns))
+                case "GET", ["v1", "users", user_id, "export"]:  # a stand-in format: one memory per line
+                    lines = [m.model_dump_json() for m in self.memories.get(user_id, {}).values()]
+                    return httpx.Response(200, text="".join(line + "\n" for line in lines),
+                                          headers={"Content-Type": "application/x-ndjson"})
+                case "POST", ["v1", "users", user_id, "import"]:
+                    assert request.headers["content-type"] == "application/x-ndjson"
+                    if self.memories.get(user_id):
+                        return _error(409, "conflict_error", f"user {user_id!r} already has memories")
+                    found = [Memory.model_validate_json(line) for line in request.content.splitlines()]
+                    self.memories[user_id] = {m.id: m for m in found}
+                    return _ok(Imported(user_id=user_id, memories=len(found), segments=0))
                 case "GET", ["v1", "health"]:
                     return _ok(Health(status="ok", actors={"tier-0": True, "router-0": True}, version="test"))
                 case "GET", ["metrics"]:

@@ -163,6 +163,23 @@ def test_search_memories_forget_and_delete_user(fake, capsys) -> None:
     assert fake.memories == {} and fake.turns == {}
 
 
+def test_export_to_a_file_and_import_under_another_user(fake, tmp_path, capsys) -> None:
+    _seed(fake)
+    out = tmp_path / "ann.jsonl"
+    assert run(fake, "export", "ann", "-o", str(out)) == 0
+    assert "2 lines written" in capsys.readouterr().err and out.read_text().count("\n") == 2
+    assert fake.requests[-1].url.raw_path.decode() == "/v1/users/ann/export"
+    assert run(fake, "import", "ann-copy", str(out)) == 0
+    assert "ann-copy: imported 2 memories, 0 segments" in capsys.readouterr().out
+    assert fake.memories["ann-copy"] == fake.memories["ann"]
+    assert run(fake, "import", "ann-copy", str(out)) == 1  # the user holds memories now
+    assert "error (409 conflict_error)" in capsys.readouterr().err
+    assert run(fake, "import", "bob", str(tmp_path / "missing.jsonl")) == 1
+    assert "missing.jsonl" in capsys.readouterr().err
+    assert run(fake, "export", "ann") == 0
+    assert capsys.readouterr().out == out.read_text()
+
+
 def test_http_error_prints_status_and_type_and_exits_1(fake, capsys) -> None:
     assert run(fake, "forget", "ann", "D9:9") == 1
     err = capsys.readouterr().err
