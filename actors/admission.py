@@ -59,6 +59,12 @@ _TYPE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+def keyword_count(text: str) -> int:
+    """How many memory keywords a turn holds (every match of every content-type rule); the keyword
+    admission baseline of ``bench.admission_downstream`` ranks turns by it."""
+    return sum(len(pattern.findall(text)) for _, pattern in _TYPE_RULES)
+
+
 def content_type_rule(text: str) -> str:
     """The content-type label this project trains on: first matching keyword rule, else ``other``.
 

@@ -7,8 +7,9 @@ write is acknowledged; segment summaries are written afterwards in the backgroun
 Read paths: ``/v1/search`` (tier memories + routed segments, no model call besides the query's
 embedding) and ``/v1/ask`` (route -> assistants extract verbatim evidence from their segments in
 parallel -> the master answers).
-Every ``/v1`` route but ``/v1/health`` first checks the request's API key against the tenant it names
-(``MemoryAPI._authorize``, ``cluster/auth.py``); ``/metrics`` and the OpenAPI pages stay open.
+Every ``/v1`` route but ``/v1/health`` first checks the request's API key (a middleware, before the body is
+parsed), then that the key may act for the tenant it names (``MemoryAPI._authorize``, ``cluster/auth.py``);
+``/metrics`` and the OpenAPI pages stay open.
 """
 
 from __future__ import annotations
@@ -104,7 +105,9 @@ OPEN_PATHS = frozenset({"/v1/health"})  # /metrics and the OpenAPI pages are out
 
 @app.middleware("http")
 async def _authenticate(request: Request, call_next: Any) -> Response:
-    path = request.url.path
+    path, root = request.url.path, request.scope.get("root_path", "")
+    if root and path.startswith(root):  # NOTE: an application served under a route prefix sees the full path
+        path = path[len(root):]
     if ApiKeyCheck.store is not None and path.startswith("/v1/") and path not in OPEN_PATHS:
         scheme, token = get_authorization_scheme_param(request.headers.get("authorization"))
         try:
@@ -430,11 +433,11 @@ class MemoryAPI:
         lines = await self._actor("router", topo.index("router", user_id), "forget", user_id, [memory_id], changed)
         if n == 0 and not lines and not any(forgotten):
             raise NotFoundError(f"memory {memory_id!r} not found for user {user_id!r}", param="memory_id")
-        if changed and self.config.cluster.summaries:  # fresh summaries of what the segments hold now
-            groups: dict[int, list] = defaultdict(list)
-            for seg in changed:
-                if seg.lines:
-                    groups[topo.assistant_index(user_id, seg.id)].append(seg)
+        groups: dict[int, list] = defaultdict(list)
+        for seg in changed if self.config.cluster.summaries else ():
+            if seg.lines:  # fresh summaries of what the segments hold now
+                groups[topo.assistant_index(user_id, seg.id)].append(seg)
+        if groups:
             self._queue_summaries(user_id, groups)
         return s.Deleted(user_id=user_id, memories=n, turns=max(lines, sum(f.lines for f in forgotten)))
 
@@ -457,12 +460,14 @@ class MemoryAPI:
         line (``actors/tenant_export.py``); ``POST .../import`` rebuilds the user from it exactly."""
         self._authorize(key, user_id)
         topo = await self.topology()
-        memories = self._actor("tier", topo.index("tier", user_id), "export_tenant", user_id)
-        # NOTE: the router first: a segment it lists is either still pending there or already held by an assistant
-        stream = await self._actor("router", topo.index("router", user_id), "export_tenant", user_id)
+        # NOTE: the router before the assistants: a segment it lists is either still pending there or already
+        # held by an assistant
+        memories, stream = await asyncio.gather(
+            self._actor("tier", topo.index("tier", user_id), "export_tenant", user_id),
+            self._actor("router", topo.index("router", user_id), "export_tenant", user_id))
         held = await asyncio.gather(*(self._actor("assistants", i, "segments", user_id)
                                       for i in range(len(topo.assistants))))
-        lines = export_lines(user_id, topo.dim, await memories, stream, {seg.id: seg for g in held for seg in g})
+        lines = export_lines(user_id, topo.dim, memories, stream, {seg.id: seg for g in held for seg in g})
         return Response("".join(line + "\n" for line in lines), media_type=NDJSON,
                         headers={"Content-Disposition": f'attachment; filename="{quote(user_id, safe="")}.jsonl"'})
 

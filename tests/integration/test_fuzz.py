@@ -4,7 +4,7 @@
 
 schemathesis makes the cases (``APIOperation.as_strategy``); Hypothesis runs them here, since
 schemathesis's pytest plugin does not run under pytest 9. Sizes: ``FUZZ_EXAMPLES`` cases per operation
-and mode (default 25); ``/v1/ask`` answers every valid case with the small model, so it gets fewer.
+and mode (default 20); ``/v1/ask`` answers every valid case with the small model, so it gets fewer.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from schemathesis import GenerationMode
 
 from tests.integration.conftest import ADMIN_KEY, auth_headers
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "20"))
 FEWER = {"POST /v1/ask": 4}  # each valid case is a small-model answer (seconds on a CPU)
 
 

@@ -37,102 +37,6 @@ def wait_for_background(client: httpx.Client, timeout: float = 600) -> None:
         time.sleep(1)
 
 
-class Tenant:
-    def __init__(self, run: str, i: int, rng: random.Random) -> None:
-        self.user = f"iso-{run}-{i:02d}"
-        self.marker = f"mk{run}{i:02d}"
-        self.rng = rng
-        self.memories: dict[str, str] = {}  # id -> text, as acknowledged
-        self.next = 0
-
-    def text(self) -> str:
-        return f"{self.marker} " + " ".join(self.rng.choice(WORDS) for _ in range(self.rng.randint(3, 8)))
-
-
-async def run_mixed(url: str, tenants: list[Tenant], seed: int) -> tuple[Counter, list[str]]:
-    rng = random.Random(seed)
-    counts: Counter = Counter()
-    leaks: list[str] = []
-    markers = {t.marker for t in tenants}
-    todo = iter(range(OPS))
-
-    def foreign(text: str, t: Tenant) -> bool:
-        return t.marker not in text or any(m in text for m in markers - {t.marker})
-
-    async def one(client: httpx.AsyncClient) -> None:
-        for _ in todo:
-            t = rng.choice(tenants)
-            other = rng.choice(tenants)
-            op = rng.choices(["add", "search", "list", "get", "delete"], [4, 36, 25, 32, 3])[0]
-            if op == "add" or not t.memories and op in ("get", "delete"):
-                op = "add"
-                mid = f"m{t.next}"
-                t.next += 1
-                text = t.text()
-                r = await client.post("/v1/turns", json={"user_id": t.user, "turns": [
-                    {"id": mid, "speaker": "user", "text": text}]})
-                if r.status_code == 200:
-                    t.memories[mid] = text
-            elif op == "search":  # half the queries name another tenant's marker
-                q = other.marker + " " + rng.choice(WORDS) if rng.random() < 0.5 else t.text()
-                r = await client.post("/v1/search", json={"user_id": t.user, "query": q, "k": 10})
-                if r.status_code == 200:
-                    body = r.json()
-                    leaks.extend(f"search {t.user}: {m['text']!r}" for m in body["memories"] if foreign(m["text"], t))
-                    for seg in body["segments"]:
-                        ids = set(seg["turn_ids"]) - {f"m{k}" for k in range(t.next)}
-                        if ids:
-                            leaks.append(f"segment of {t.user} holds {sorted(ids)}")
-            elif op == "list":
-                r = await client.get("/v1/memories", params={"user_id": t.user, "limit": 1000})
-                if r.status_code == 200:
-                    leaks.extend(f"list {t.user}: {m['text']!r}" for m in r.json()["memories"] if foreign(m["text"], t))
-            elif op == "get":  # an id another tenant holds: 404 unless this tenant has it too
-                mid = rng.choice(sorted(other.memories) or ["m0"])
-                r = await client.get(f"/v1/memories/{mid}", params={"user_id": t.user})
-                if r.status_code == 200 and foreign(r.json()["text"], t):
-                    leaks.append(f"get {t.user}/{mid}: {r.json()['text']!r}")
-                if r.status_code == 404 and mid in t.memories:
-                    leaks.append(f"get {t.user}/{mid}: 404 for an acknowledged memory")
-            else:
-                mid = rng.choice(sorted(t.memories))
-                text = t.memories.pop(mid)  # NOTE: out of the model while in flight: a concurrent get may 404
-                r = await client.delete(f"/v1/memories/{mid}", params={"user_id": t.user})
-                if r.status_code != 200:
-                    t.memories[mid] = text
-            counts[(op, r.status_code)] += 1
-
-    headers = auth_headers(ADMIN_KEY)
-    async with httpx.AsyncClient(base_url=url, timeout=300, headers=headers) as client:
-        await asyncio.gather(*(one(client) for _ in range(CONCURRENCY)))
-    return counts, leaks
-
-
-def test_ten_thousand_concurrent_mixed_operations_never_cross_tenants(service):
-    run = uuid.uuid4().hex[:6]
-    rng = random.Random(11)
-    tenants = [Tenant(run, i, rng) for i in range(TENANTS)]
-    start = time.perf_counter()
-    counts, leaks = asyncio.run(run_mixed(service, tenants, seed=12))
-    elapsed = time.perf_counter() - start
-    print(f"{OPS} ops in {elapsed:.1f} s ({OPS / elapsed:.0f}/s): {sorted(counts.items())}")
-    assert sum(counts.values()) == OPS
-    assert not leaks, leaks[:10]
-    errors = {k: n for k, n in counts.items() if k[1] >= 500}
-    assert not errors, errors
-    assert {status for (op, status) in counts if op != "get"} == {200}
-    with httpx.Client(base_url=service, timeout=300, headers=auth_headers(ADMIN_KEY)) as client:
-        for t in tenants:  # the final state is exactly what was acknowledged, and holds no foreign text
-            listed = client.get("/v1/memories", params={"user_id": t.user, "limit": 1000}).json()
-            assert {m["id"]: m["text"] for m in listed["memories"]} == t.memories, t.user
-            export = client.get(f"/v1/users/{t.user}/export")
-            assert export.status_code == 200, export.text
-            records = [json.loads(line) for line in export.text.splitlines()]
-            texts = [r["text"] for r in records if r["kind"] == "memory"]
-            texts += [turn["line"] for r in records if r["kind"] == "segment" for turn in r["turns"]]
-            assert texts and all(t.marker in x and sum(m.marker in x for m in tenants) == 1 for x in texts), t.user
-
-
 # -- deleting a user ----------------------------------------------------------------------------------
 def storage_bytes() -> bytes:
     return b"".join(p.read_bytes() for p in Path(STORAGE).rglob("*") if p.is_file())
@@ -216,3 +120,102 @@ def test_import_refuses_an_existing_user_and_a_broken_upload_without_writing(exp
         assert message in r.json()["error"]["message"]
     assert client.get("/v1/memories", params={"user_id": target}).json()["total"] == 0
     assert client.get(f"/v1/users/{target}/export").text.count("\n") == 1  # a header only
+
+
+# -- 10,000 concurrent operations (last: the segment summaries it leaves behind would delay the tests above,
+# which wait for the service's background work) ---------------------------------------------------------
+class Tenant:
+    def __init__(self, run: str, i: int, rng: random.Random) -> None:
+        self.user = f"iso-{run}-{i:02d}"
+        self.marker = f"mk{run}{i:02d}"
+        self.rng = rng
+        self.memories: dict[str, str] = {}  # id -> text, as acknowledged
+        self.next = 0
+
+    def text(self) -> str:
+        return f"{self.marker} " + " ".join(self.rng.choice(WORDS) for _ in range(self.rng.randint(3, 8)))
+
+
+async def run_mixed(url: str, tenants: list[Tenant], seed: int) -> tuple[Counter, list[str]]:
+    rng = random.Random(seed)
+    counts: Counter = Counter()
+    leaks: list[str] = []
+    markers = {t.marker for t in tenants}
+    todo = iter(range(OPS))
+
+    def foreign(text: str, t: Tenant) -> bool:
+        return t.marker not in text or any(m in text for m in markers - {t.marker})
+
+    async def one(client: httpx.AsyncClient) -> None:
+        for _ in todo:
+            t = rng.choice(tenants)
+            other = rng.choice(tenants)
+            op = rng.choices(["add", "search", "list", "get", "delete"], [2, 20, 31, 45, 2])[0]
+            if op == "add" or not t.memories and op in ("get", "delete"):
+                op = "add"
+                mid = f"m{t.next}"
+                t.next += 1
+                text = t.text()
+                r = await client.post("/v1/turns", json={"user_id": t.user, "turns": [
+                    {"id": mid, "speaker": "user", "text": text}]})
+                if r.status_code == 200:
+                    t.memories[mid] = text
+            elif op == "search":  # half the queries name another tenant's marker
+                q = other.marker + " " + rng.choice(WORDS) if rng.random() < 0.5 else t.text()
+                r = await client.post("/v1/search", json={"user_id": t.user, "query": q, "k": 10})
+                if r.status_code == 200:
+                    body = r.json()
+                    leaks.extend(f"search {t.user}: {m['text']!r}" for m in body["memories"] if foreign(m["text"], t))
+                    for seg in body["segments"]:
+                        ids = set(seg["turn_ids"]) - {f"m{k}" for k in range(t.next)}
+                        if ids:
+                            leaks.append(f"segment of {t.user} holds {sorted(ids)}")
+            elif op == "list":
+                r = await client.get("/v1/memories", params={"user_id": t.user, "limit": 1000})
+                if r.status_code == 200:
+                    leaks.extend(f"list {t.user}: {m['text']!r}" for m in r.json()["memories"] if foreign(m["text"], t))
+            elif op == "get":  # an id another tenant holds: 404 unless this tenant has it too
+                mid = rng.choice(sorted(other.memories) or ["m0"])
+                r = await client.get(f"/v1/memories/{mid}", params={"user_id": t.user})
+                if r.status_code == 200 and foreign(r.json()["text"], t):
+                    leaks.append(f"get {t.user}/{mid}: {r.json()['text']!r}")
+                if r.status_code == 404 and mid in t.memories:
+                    leaks.append(f"get {t.user}/{mid}: 404 for an acknowledged memory")
+            else:
+                mid = rng.choice(sorted(t.memories))
+                text = t.memories.pop(mid)  # NOTE: out of the model while in flight: a concurrent get may 404
+                r = await client.delete(f"/v1/memories/{mid}", params={"user_id": t.user})
+                if r.status_code != 200:
+                    t.memories[mid] = text
+            counts[(op, r.status_code)] += 1
+
+    headers = auth_headers(ADMIN_KEY)
+    async with httpx.AsyncClient(base_url=url, timeout=300, headers=headers) as client:
+        await asyncio.gather(*(one(client) for _ in range(CONCURRENCY)))
+    return counts, leaks
+
+
+def test_ten_thousand_concurrent_mixed_operations_never_cross_tenants(service):
+    run = uuid.uuid4().hex[:6]
+    rng = random.Random(11)
+    tenants = [Tenant(run, i, rng) for i in range(TENANTS)]
+    start = time.perf_counter()
+    counts, leaks = asyncio.run(run_mixed(service, tenants, seed=12))
+    elapsed = time.perf_counter() - start
+    print(f"{OPS} ops in {elapsed:.1f} s ({OPS / elapsed:.0f}/s): {sorted(counts.items())}")
+    assert sum(counts.values()) == OPS
+    assert not leaks, leaks[:10]
+    errors = {k: n for k, n in counts.items() if k[1] >= 500}
+    assert not errors, errors
+    assert {status for (op, status) in counts if op != "get"} == {200}
+    with httpx.Client(base_url=service, timeout=300, headers=auth_headers(ADMIN_KEY)) as client:
+        for t in tenants:  # the final state is exactly what was acknowledged, and holds no foreign text
+            listed = client.get("/v1/memories", params={"user_id": t.user, "limit": 1000}).json()
+            assert {m["id"]: m["text"] for m in listed["memories"]} == t.memories, t.user
+            export = client.get(f"/v1/users/{t.user}/export")
+            assert export.status_code == 200, export.text
+            records = [json.loads(line) for line in export.text.splitlines()]
+            texts = [r["text"] for r in records if r["kind"] == "memory"]
+            texts += [turn["line"] for r in records if r["kind"] == "segment" for turn in r["turns"]]
+            assert bool(texts) == bool(t.memories), t.user  # a tenant whose memories were all deleted has none
+            assert all(t.marker in x and sum(m.marker in x for m in tenants) == 1 for x in texts), t.user

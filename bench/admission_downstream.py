@@ -1,0 +1,173 @@
+"""Admission downstream on LoCoMo: how well questions are answered when only the admitted turns are stored.
+
+    python -m bench.admission_downstream --split test [--system rag] [--limit N] [--seed 0]
+
+Storage policies, one run, the same questions:
+- ``store_all``: every turn.
+- ``classifier``: the trained MemRouter classifier (``actors/admission.py``; ``python -m cluster.train_admission``
+  first), each conversation streamed in order through ``ChunkStream`` as the service does.
+- ``random``: per conversation, a seeded random choice of as many turns as the classifier kept.
+- ``keyword``: per conversation, as many turns as the classifier kept, those with the most memory keywords
+  (the content-type rules' patterns of ``actors/admission.py``; ties: longer text first, then stream order).
+
+Each policy's conversations are cut to the turns it keeps and handed to the LoCoMo harness's system
+(``--system``, default ``rag``: dense + BM25 top turns, then the master; the same small model as every
+other system), which ingests them and answers every selected question. Reported per policy: the share of
+turns stored, ``evidence_stored`` (share of the evidence turns of categories 1–4 that were stored — the
+ceiling of any recall), ``evidence_recall`` and official F1 as ``bench.locomo`` computes them. Answers
+are cached per (system, policy, kept turns, config, code) like ``bench.locomo``'s (resumable).
+The last stdout line is the JSON summary; the markdown table goes to ``<results_dir>/admission/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from actors.admission import AdmissionClassifier, ChunkStream, keyword_count
+from bench import locomo
+from bench.common import emit_json, parse_int_list, setup_logging
+from bench.locomo_data import SPLITS, Conversation, load_locomo, split
+from bench.locomo_score import CATEGORIES
+from cluster.config import load_config
+
+POLICIES = ("store_all", "classifier", "random", "keyword")
+Keep = dict[str, set[str]]  # conversation id -> dia_ids stored
+
+
+def budget_policies(convs: Sequence[Conversation], classifier: Keep, seed: int) -> dict[str, Keep]:
+    """The four policies' kept turns; random and keyword keep per conversation as many as the classifier."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, Keep] = {"store_all": {c.sample_id: {t.dia_id for t in c.turns} for c in convs},
+                            "classifier": classifier, "random": {}, "keyword": {}}
+    for c in convs:
+        n = len(classifier[c.sample_id])
+        ids = [t.dia_id for t in c.turns]
+        out["random"][c.sample_id] = {ids[i] for i in rng.choice(len(ids), size=n, replace=False)}
+        ranked = sorted(c.turns, key=lambda t: (-keyword_count(t.text), -len(t.text), t.index))
+        out["keyword"][c.sample_id] = {t.dia_id for t in ranked[:n]}
+    return out
+
+
+def cut(conv: Conversation, keep: set[str]) -> Conversation:
+    """The conversation as a memory that stored only ``keep`` (questions unchanged)."""
+    return Conversation(conv.sample_id, conv.speakers, [t for t in conv.turns if t.dia_id in keep], conv.questions)
+
+
+def evidence_stored(convs: Sequence[Conversation], keep: Keep) -> float:
+    """Share of the evidence turns of category 1–4 questions that the policy stored."""
+    cited = [(c.sample_id, d) for c in convs for q in c.questions if q.category in locomo.RECALL_CATEGORIES
+             for d in q.evidence]
+    return float(np.mean([d in keep[cid] for cid, d in cited])) if cited else 0.0
+
+
+def classifier_keep(convs: Sequence[Conversation], cfg: Any) -> Keep:
+    """The trained classifier's ADD turns, each conversation streamed in order (batches of 16)."""
+    from serve.embedder import Embedder
+
+    clf = AdmissionClassifier.load(Path(cfg.paths.cache_dir) / "admission", device=cfg.admission.device)
+    stream = ChunkStream(Embedder(cfg.embedder), cfg.admission.max_turns)
+    keep: Keep = {}
+    for c in convs:
+        kept = keep[c.sample_id] = set()
+        for start in tqdm(range(0, len(c.turns), 16), desc=f"admission {c.sample_id}", file=sys.stderr):
+            batch = c.turns[start : start + 16]
+            kept.update(t.dia_id for t, d in zip(batch, clf.classify(stream.push(batch)), strict=True)
+                        if d.op == "ADD")
+    return keep
+
+
+def _keep_digest(keep: Keep) -> str:
+    h = hashlib.sha256()
+    for cid in sorted(keep):
+        h.update(cid.encode() + b"\0" + "\0".join(sorted(keep[cid])).encode() + b"\1")
+    return h.hexdigest()[:12]
+
+
+def markdown(out: dict) -> str:
+    rows = ["| policy | stored | evidence stored | evidence recall | F1 (official) | F1 without cat. 5 | questions |",
+            "|---|---|---|---|---|---|---|"]
+    for r in out["results"]:
+        f1 = r["f1"]
+        rows.append(f"| {r['policy']} | {r['stored_share']:.3f} | {r['evidence_stored']:.3f} | "
+                    f"{r['evidence_recall'] or 0:.3f} | {f1['overall'] or 0:.3f} | {f1['overall_no5'] or 0:.3f} | "
+                    f"{r['questions']} |")
+    gaps = (out["f1_classifier_minus_random"], out["f1_classifier_minus_store_all"])
+    return "\n".join(rows) + (
+        f"\n\nsplit {out['split']}, system {out['system']}, budget {out['budget']:.3f} of turns; classifier "
+        f"minus random {gaps[0]:+.3f} F1, minus store-all {gaps[1]:+.3f}.\n")
+
+
+def main(argv: list[str] | None = None, *, factory: Callable | None = None,
+         decide: Callable[[Sequence[Conversation], Any], Keep] | None = None) -> dict:
+    """``factory`` replaces ``actors.episodic.build_system`` and ``decide`` the classifier (tests)."""
+    parser = argparse.ArgumentParser(prog="python -m bench.admission_downstream", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=None, help="locomo10.json (default: data.locomo_path)")
+    parser.add_argument("--split", choices=SPLITS, default="test")
+    parser.add_argument("--system", choices=locomo.SYSTEMS, default="rag", help="the harness system that answers")
+    parser.add_argument("--limit", type=int, default=None, help="first N selected questions of each conversation")
+    parser.add_argument("--categories", default="1,2,3,4,5", help="comma list of categories 1-5")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random policy")
+    parser.add_argument("--results-dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    categories = sorted(set(parse_int_list(args.categories)))
+    if not set(categories) <= set(CATEGORIES):
+        parser.error(f"--categories must be within {CATEGORIES}")
+    if args.limit is not None and args.limit <= 0:
+        parser.error("--limit must be a positive integer")
+
+    setup_logging()
+    cfg = load_config()
+    data = args.data or cfg.data.locomo_path
+    convs = split(load_locomo(data), args.split)
+    selection = {c.sample_id: locomo.select_questions(c, categories, args.limit) for c in convs}
+    policies = budget_policies(convs, (decide or classifier_keep)(convs, cfg), args.seed)
+    load_models = factory is None
+    if factory is None:
+        from actors.episodic import build_system
+
+        factory = build_system
+    models = locomo._Models(cfg, None, None, load=load_models)
+    data_digest, code_digest = locomo.file_digest(data), locomo.source_digest(factory)
+    turns = sum(len(c.turns) for c in convs)
+    results = []
+    try:
+        for policy in POLICIES:
+            keep = policies[policy]
+            digest = locomo.config_hash(cfg, f"{args.system}@{policy}", data_digest=data_digest + _keep_digest(keep),
+                                        code_digest=code_digest)
+            cache = locomo.ResultCache(cfg.paths.cache_dir / "locomo" / f"admission-{args.system}-{policy}-{digest}"
+                                       ".jsonl")
+            locomo.run_system(args.system, [cut(c, keep[c.sample_id]) for c in convs], selection, cfg, factory,
+                              models, cache)
+            rows = [locomo.score_row(cache.answered(c.sample_id, i, q))
+                    for c in convs for i, q in selection[c.sample_id]]
+            summary = locomo.summarise(rows, split_name=args.split, system=args.system)
+            results.append({"policy": policy, "stored_share": sum(len(v) for v in keep.values()) / turns,
+                            "evidence_stored": evidence_stored(convs, keep), **summary, "cache": str(cache.path)})
+    finally:
+        models.close()
+    f1 = {r["policy"]: r["f1"]["overall"] or 0.0 for r in results}
+    out = {"split": args.split, "system": args.system, "turns": turns,
+           "budget": next(r["stored_share"] for r in results if r["policy"] == "classifier"),
+           "f1_classifier_minus_random": f1["classifier"] - f1["random"],
+           "f1_classifier_minus_store_all": f1["classifier"] - f1["store_all"],
+           "limit": args.limit, "seed": args.seed, "results": results}
+    out_dir = (args.results_dir or cfg.paths.results_dir) / "admission"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"downstream-{args.split}-{args.system}.md").write_text(markdown(out))
+    (out_dir / f"downstream-{args.split}-{args.system}.json").write_text(json.dumps(out, indent=2))
+    emit_json(out)
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""bench.admission_downstream with a fake QA system and a fake classifier on a tiny LoCoMo-format file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import admission_downstream as ad
+from bench.locomo_data import load_locomo
+from serve.engine import TokenBill
+from tests.unit.test_locomo_harness import CONV_A, CONV_B, FakeAnswer, _sample
+
+
+class ReadsAll:
+    """Answers right when it holds a question's first evidence turn, "zzz" otherwise; routes every turn."""
+
+    def __init__(self, evidence: dict[str, tuple[str, list[str]]]) -> None:
+        self.evidence, self.turns = evidence, None
+
+    def ingest(self, turns) -> None:
+        self.turns = list(turns)
+
+    def ask(self, question: str, *, category: int, adversarial: str | None = None) -> FakeAnswer:
+        answer, evidence = self.evidence[question]
+        ids = [t.dia_id for t in self.turns]
+        right = evidence and evidence[0] in ids
+        return FakeAnswer(answer if right else "zzz", ids[:1], ids, 1, TokenBill(), TokenBill())
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    data = tmp_path / "locomo.json"
+    data.write_text(json.dumps([_sample("conv-48", 4, CONV_A), _sample("conv-49", 3, CONV_B)]))
+    monkeypatch.setenv("ENGRAM_PATHS__CACHE_DIR", str(tmp_path / "cache"))
+    evidence = {q: (a or "", ev) for qa in (CONV_A, CONV_B) for q, a, _, ev in qa}
+    systems: list[ReadsAll] = []
+
+    def factory(name, config, *, encoder, engine):
+        systems.append(ReadsAll(evidence))
+        return systems[-1]
+
+    def decide(convs, cfg):  # the "classifier": D1:1 and D1:2 of conv-48, D1:3 of conv-49
+        return {"conv-48": {"D1:1", "D1:2"}, "conv-49": {"D1:3"}}
+
+    def run(*flags: str) -> dict:
+        argv = ["--data", str(data), "--results-dir", str(tmp_path / "results"), *flags]
+        return ad.main(argv, factory=factory, decide=decide)
+
+    return run, systems, data, tmp_path
+
+
+def test_every_policy_stores_the_classifiers_budget_and_the_system_sees_only_stored_turns(env, capsys):
+    run, systems, _, tmp_path = env
+    out = run()
+    assert [r["policy"] for r in out["results"]] == list(ad.POLICIES)
+    shares = {r["policy"]: r["stored_share"] for r in out["results"]}
+    assert shares["store_all"] == 1.0 and out["budget"] == shares["classifier"] == 3 / 7
+    assert shares["random"] == shares["keyword"] == 3 / 7
+    ingested = [sorted(t.dia_id for t in s.turns) for s in systems]  # 4 policies x 2 conversations, in order
+    assert ingested[:2] == [["D1:1", "D1:2", "D1:3", "D1:4"], ["D1:1", "D1:2", "D1:3"]]
+    assert ingested[2:4] == [["D1:1", "D1:2"], ["D1:3"]]
+    assert all(len(a) == 2 for a in ingested[4::2]) and all(len(b) == 1 for b in ingested[5::2])
+    # evidence of categories 1-4: conv-48 D1:1, D1:2, D1:3, D1:2 and conv-49 D1:1, D1:2, D1:3 -> 4 of 7 kept
+    classifier = next(r for r in out["results"] if r["policy"] == "classifier")
+    assert classifier["evidence_stored"] == pytest.approx(4 / 7)
+    assert classifier["evidence_recall"] < 1.0 == next(r for r in out["results"] if r["policy"] == "store_all")[
+        "evidence_recall"]
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == json.loads(json.dumps(out))
+    assert (tmp_path / "results" / "admission" / "downstream-test-rag.md").read_text().startswith("| policy |")
+
+
+def test_answers_are_cached_per_policy(env):
+    run, systems, _, _ = env
+    run()
+    first = len(systems)
+    run()
+    assert len(systems) == first  # everything answered: no system built again
+
+
+def test_random_is_seeded_and_keyword_prefers_memory_words():
+    convs = load_locomo_sample()
+    classifier = {c.sample_id: {c.turns[0].dia_id} for c in convs}
+    a = ad.budget_policies(convs, classifier, seed=3)
+    assert a["random"] == ad.budget_policies(convs, classifier, seed=3)["random"]
+    assert a["keyword"] == {"c": {"D1:2"}}  # "I love my new job" beats "ok" and "hm"
+
+
+def load_locomo_sample():
+    from bench.locomo_data import Conversation, Turn
+
+    texts = ["ok", "I love my new job and I feel happy", "hm"]
+    from datetime import datetime
+
+    turns = [Turn("c", f"D1:{i + 1}", 1, i, "A", t, "1:56 pm on 8 May, 2023", datetime(2023, 5, 8))
+             for i, t in enumerate(texts)]
+    return [Conversation("c", ("A", "B"), turns, [])]
+
+
+def test_cut_keeps_questions_and_order(env):
+    _, _, data, _ = env
+    conv = load_locomo(data)[0]
+    short = ad.cut(conv, {"D1:3", "D1:1"})
+    assert [t.dia_id for t in short.turns] == ["D1:1", "D1:3"] and short.questions == conv.questions
