@@ -106,6 +106,12 @@ class TenantEpisodes:
     def ping(self) -> bool:
         return True
 
+    def restored(self) -> None:
+        """After a snapshot load: streams saved before summaries were kept as text get an empty map."""
+        for s in self._streams.values():
+            if not hasattr(s, "summaries"):
+                s.summaries = {}
+
     def warm(self) -> None:
         """Load what the first write would otherwise wait for (the tokenizer behind ``count_tokens``)."""
         self.count_tokens("warm up")

@@ -212,3 +212,16 @@ def test_segments_are_handed_out_until_their_delivery_is_confirmed(tmp_path):
     assert all(s.id not in {c.id for c in closed} for s in stream.append("ann", nxt, ENC.encode([t.line for t in nxt]),
                                                                            [True] * 3))
     assert Episodes(config, DIM, journal_dir=tmp_path)._streams["ann"].pending.keys().isdisjoint(s.id for s in closed)
+
+
+def test_a_snapshot_from_before_summary_texts_were_kept_still_loads(tmp_path):
+    config = load_config("cpu", {"episodic": {"segment_tokens": 64}})
+    live = Episodes(config, DIM, journal_dir=tmp_path)
+    batch = turns(20)
+    closed = live.append("ann", batch, ENC.encode([t.line for t in batch]), [True] * 20)
+    del live._streams["ann"].summaries  # as pickled by the previous version
+    live.snapshot()
+    again = Episodes(config, DIM, journal_dir=tmp_path)
+    text = "parcel codes"
+    assert again.set_summary("ann", closed[0].id, text, ENC.encode([text])[0])
+    assert again.export_tenant("ann").closed[0].summary == text
