@@ -84,8 +84,10 @@ class ApiKeyCheck:
 
     store: KeyStore | None = None
 
-    def __call__(self, credentials: HTTPAuthorizationCredentials | None = Security(BEARER)) -> ApiKey | None:
-        return self.check(credentials.credentials if credentials else None)
+    def __call__(self, request: Request,
+                 credentials: HTTPAuthorizationCredentials | None = Security(BEARER)) -> ApiKey | None:
+        checked = getattr(request.state, "api_key", None)  # NOTE: the middleware's result: not hashed twice
+        return checked if checked is not None else self.check(credentials.credentials if credentials else None)
 
     @classmethod
     def check(cls, token: str | None) -> ApiKey | None:
@@ -111,7 +113,7 @@ async def _authenticate(request: Request, call_next: Any) -> Response:
     if ApiKeyCheck.store is not None and path.startswith("/v1/") and path not in OPEN_PATHS:
         scheme, token = get_authorization_scheme_param(request.headers.get("authorization"))
         try:
-            ApiKeyCheck.check(token if scheme.lower() == "bearer" else None)
+            request.state.api_key = ApiKeyCheck.check(token if scheme.lower() == "bearer" else None)
         except EngramError as e:
             return engram_error_response(e)
     return await call_next(request)

@@ -11,7 +11,6 @@ is imported, before ``build_app`` checks that the file holds a key. Clients send
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -19,21 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from cluster.auth import KeyStore
+from bench.common import admin_key, bearer
 from cluster.local_cluster import RAY, LocalCluster, alive_nodes, free_port
 
 NAMESPACE = "engram-test"
 STORAGE = Path(tempfile.mkdtemp(prefix="engram-state-"))  # the actors' journals for this test session
-KEYS_FILE = Path(tempfile.mkdtemp(prefix="engram-keys-")) / "api-keys.json"  # the service's API keys
-ADMIN_KEY, _ = KeyStore(KEYS_FILE).create([], admin=True, name="integration tests")
-# NOTE: ENGRAM_* wins over the overrides below; a developer's own keys file or auth switch must not apply here.
-for _var in ("ENGRAM_AUTH__KEYS_FILE", "ENGRAM_AUTH__REQUIRED"):
-    os.environ.pop(_var, None)
-
-
-def auth_headers(key: str) -> dict[str, str]:
-    """``{"Authorization": "Bearer <key>"}``, for httpx clients."""
-    return {"Authorization": f"Bearer {key}"}
+# the service's API keys: a fresh file with one admin key (ENGRAM_AUTH__* dropped: it would win over the config)
+KEYS_FILE, ADMIN_KEY = admin_key(tempfile.mkdtemp(prefix="engram-keys-"))
+auth_headers = bearer  # {"Authorization": "Bearer <key>"}, for httpx clients
 
 
 def service_args(namespace: str = NAMESPACE) -> dict:
