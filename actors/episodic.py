@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from actors.assistant import AssistantHost, Evidence
-from actors.episodic_router import Encoder, EpisodicRouter, bm25_index
+from actors.assistant import AssistantHost, Evidence, SegmentQuery, by_score
+from actors.episodic_router import Encoder, EpisodicRouter, bm25_index, line_terms
 from actors.segmenter import Segment, estimate_tokens, render_turn, segment_turns
 from cluster.config import EngramConfig
 from serve.engine import GenerationEngine, GenerationRequest, TokenBill
@@ -45,6 +45,13 @@ class Answer:
     segments: int
     assistant_bill: TokenBill = field(default_factory=TokenBill)
     master_bill: TokenBill = field(default_factory=TokenBill)
+
+
+def assistant_host(config: EngramConfig, engine: GenerationEngine) -> AssistantHost:
+    """An assistant host with the configured extraction, matching words as the router's BM25 does."""
+    ep = config.episodic
+    return AssistantHost(engine, evidence_per_segment=ep.evidence_per_segment, method=ep.extraction,
+                         shortlist=ep.shortlist, terms=line_terms(config.router))
 
 
 def summary_request(segment: Segment, max_tokens: int) -> GenerationRequest:
@@ -119,7 +126,7 @@ class EpisodicMemory(_System):
         self.name = "direct_read" if direct_read else "engram"
         self.direct_read = direct_read
         self.router = EpisodicRouter(encoder, config.router)
-        self.host = AssistantHost(engine, evidence_per_segment=config.episodic.evidence_per_segment)
+        self.host = assistant_host(config, engine)
         self.segments: list[Segment] = []
 
     def ingest(self, turns: Sequence) -> None:
@@ -147,8 +154,9 @@ class EpisodicMemory(_System):
                      for t, line, ts in zip(seg.turn_ids, seg.lines, seg.timestamps, strict=True)]
             evidence, bill = self.fit(dedupe_evidence(lines), question), TokenBill()
         else:
-            found, bill = self.host.extract([(a.segment_id, question) for a in activations])
-            kept = dedupe_evidence([e for group in found for e in group])[: self.config.episodic.master_evidence]
+            found, bill = self.host.extract([SegmentQuery(a.segment_id, question, a.line_scores) for a in activations])
+            kept = dedupe_evidence(by_score([e for group in found for e in group]))
+            kept = kept[: self.config.episodic.master_evidence]
             evidence = self.fit(kept, question)
         return self._answer(question, evidence, category, adversarial, routed, len(activations), bill)
 

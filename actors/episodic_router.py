@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -60,7 +60,9 @@ class Activation:
 
     ``paths``: the paths that activated it (empty when only ``include_newest`` did);
     ``scores``: raw per-path scores (cosine for global/vec, BM25 for kw; no ``global`` key
-    without a summary); ``score``: the combined score; ``newest``: it is the newest segment.
+    without a summary); ``score``: the combined score; ``newest``: it is the newest segment;
+    ``line_scores``: cosine(question, each line) in line order when chunks are lines (``chunking:
+    turn``), empty otherwise — the assistants' shortlist starts from them.
     """
 
     segment_id: int
@@ -68,6 +70,7 @@ class Activation:
     paths: frozenset[str]
     scores: dict[str, float] = field(default_factory=dict)
     newest: bool = False
+    line_scores: tuple[float, ...] = ()
 
 
 def chunk_text(text: str, max_chars: int) -> list[str]:
@@ -116,11 +119,16 @@ def _minmax(x: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
     return np.where(valid, out, 0.0)
 
 
+def line_terms(config: RouterConfig) -> Callable[[str], list[str]]:
+    """The router's BM25 tokenizer (stop words, stemming): the words a question and a line share."""
+    return make_tokenizer(config.bm25_stop_words, config.bm25_stem)
+
+
 def bm25_index(config: RouterConfig, factory: BM25Factory = SparseBM25Index) -> BM25Index:
     """An empty BM25 index with the router's settings (also used by the plain-RAG baseline)."""
     return factory(
         k1=config.bm25_k1, b=config.bm25_b, idf=config.bm25_idf, epsilon=config.bm25_epsilon,
-        tokenizer=make_tokenizer(config.bm25_stop_words, config.bm25_stem),
+        tokenizer=line_terms(config),
     )
 
 
@@ -211,8 +219,7 @@ class EpisodicRouter:
         in order) and re-index its raw text as ``text``; with no chunk left the segment leaves the router.
         Nothing of what was dropped stays in any path's index."""
         row = self._row[segment_id]
-        start = int(self._chunk_starts[row])
-        stop = int(self._chunk_starts[row + 1]) if row + 1 < len(self._ids) else len(self._chunk_owner)
+        start, stop = self._chunk_span(row)
         keep = np.asarray(keep, dtype=bool)
         if len(keep) != stop - start:
             raise ValueError(f"segment {segment_id} has {stop - start} chunks, got {len(keep)} flags")
@@ -235,8 +242,7 @@ class EpisodicRouter:
     def vectors_of(self, segment_id: int) -> tuple[np.ndarray, np.ndarray | None]:
         """The P_vec chunk vectors of a segment (one per line with ``chunking: turn``) and its summary's."""
         row = self._row[segment_id]
-        start = self._chunk_starts[row]
-        stop = self._chunk_starts[row + 1] if row + 1 < len(self._ids) else len(self._chunk_owner)
+        start, stop = self._chunk_span(row)
         summary = self._summary_vecs[row].copy() if self._has_summary[row] else None
         return self._chunk_vecs[start:stop].copy(), summary
 
@@ -257,9 +263,20 @@ class EpisodicRouter:
         kw = np.vstack([self._bm25.scores(text) for text in questions])
         if self.config.mode == "union":
             vec = np.maximum.reduceat(chunk_sims, self._chunk_starts, axis=1)
-            return [self._union(glob[i], vec[i], kw[i]) for i in range(len(questions))]
-        vec, in_top = self._top_chunk_means(chunk_sims)
-        return [self._fusion(glob[i], vec[i], in_top[i], kw[i]) for i in range(len(questions))]
+            routed = [self._union(glob[i], vec[i], kw[i]) for i in range(len(questions))]
+        else:
+            vec, in_top = self._top_chunk_means(chunk_sims)
+            routed = [self._fusion(glob[i], vec[i], in_top[i], kw[i]) for i in range(len(questions))]
+        if self.config.chunking != "turn":
+            return routed
+        spans = {a.segment_id: slice(*self._chunk_span(self._row[a.segment_id])) for acts in routed for a in acts}
+        return [[replace(a, line_scores=tuple(chunk_sims[i, spans[a.segment_id]].tolist())) for a in acts]
+                for i, acts in enumerate(routed)]
+
+    def _chunk_span(self, row: int) -> tuple[int, int]:
+        """First and past-the-last chunk rows of the segment at ``row``."""
+        start = int(self._chunk_starts[row])
+        return start, int(self._chunk_starts[row + 1]) if row + 1 < len(self._ids) else len(self._chunk_owner)
 
     def _top_chunk_means(self, sims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per segment: mean cosine of its chunks in each row's top ``top_chunks``, and whether any is."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from actors.assistant import AssistantHost, Evidence
+from actors.assistant import AssistantHost, Evidence, SegmentQuery
 from actors.episodic import summary_request
 from actors.segmenter import Segment
 from serve.engine import GenerationEngine, TokenBill
@@ -32,10 +33,9 @@ class TenantAssistants:
 
     durable_state = "_hosts"  # the tenant data a snapshot holds (actors/durable.py)
 
-    def __init__(self, engine: GenerationEngine, *, evidence_per_segment: int = 5,
-                 summary_max_tokens: int = 48) -> None:
+    def __init__(self, engine: GenerationEngine, *, summary_max_tokens: int = 48, **host_options: Any) -> None:
         self.engine = engine
-        self.evidence_per_segment = evidence_per_segment
+        self.host_options = host_options  # AssistantHost's: evidence_per_segment, method, shortlist, terms
         self.summary_max_tokens = summary_max_tokens
         self._hosts: dict[str, AssistantHost] = {}
 
@@ -53,7 +53,7 @@ class TenantAssistants:
     def _host(self, tenant: str, create: bool = False) -> AssistantHost | None:
         host = self._hosts.get(tenant)
         if host is None and create:
-            host = self._hosts[tenant] = AssistantHost(self.engine, evidence_per_segment=self.evidence_per_segment)
+            host = self._hosts[tenant] = AssistantHost(self.engine, **self.host_options)
         return host
 
     def add(self, tenant: str, segments: Sequence[Segment]) -> int:
@@ -79,15 +79,16 @@ class TenantAssistants:
         host = self._host(tenant)
         return host is not None and segment_id in host.segment_ids
 
-    def extract(self, tenant: str, pairs: Sequence[tuple[int, str]]) -> tuple[list[list[Evidence]], TokenBill]:
-        """Evidence per (segment id, question), in order; a segment this actor does not hold yields none."""
+    def extract(self, tenant: str, queries: Sequence[SegmentQuery]) -> tuple[list[list[Evidence]], TokenBill]:
+        """Evidence per query, in order; a segment this actor does not hold yields none."""
         host = self._host(tenant)
-        held = [i for i, (sid, _) in enumerate(pairs) if host is not None and sid in host.segment_ids
-                and host.segment(sid).lines]
-        out: list[list[Evidence]] = [[] for _ in pairs]
+        queries = [SegmentQuery(*q) for q in queries]
+        held = [i for i, q in enumerate(queries) if host is not None and q.segment_id in host.segment_ids
+                and host.segment(q.segment_id).lines]
+        out: list[list[Evidence]] = [[] for _ in queries]
         if not held:
             return out, TokenBill()
-        found, bill = host.extract([pairs[i] for i in held])
+        found, bill = host.extract([queries[i] for i in held])
         for i, evidence in zip(held, found, strict=True):
             out[i] = evidence
         return out, bill
@@ -97,7 +98,7 @@ class TenantAssistants:
         segments = [s for s in segments if s.lines]
         if not segments:
             return [], TokenBill()
-        host = AssistantHost(self.engine, evidence_per_segment=self.evidence_per_segment)
+        host = AssistantHost(self.engine, **self.host_options)
         host.add(segments)
         return host.extract([(s.id, question) for s in segments])
 

@@ -273,6 +273,17 @@ class EpisodicConfig(_Section):
     evidence_per_segment: int = Field(
         5, gt=0, le=64, description="Most evidence lines an assistant returns for one segment (E-mem: 5)."
     )
+    extraction: Literal["likelihood", "choose"] = Field(
+        "likelihood",
+        description="How assistants pick evidence lines: 'likelihood' = the router's line cosine + idf term match "
+        "shortlist the segment's lines, the small model scores each by the question's likelihood after it (one "
+        "scoring pass, no generation); 'choose' = the model names line numbers (E-mem; needs a capable model).",
+    )
+    shortlist: int = Field(
+        4, gt=0, le=256,
+        description="'likelihood' extraction: lines per segment the small model re-reads; each returned segment "
+        "gives at most min(shortlist, evidence_per_segment) lines.",
+    )
     answer_max_tokens: int = Field(24, gt=0, le=1024, description="Length cap of the master's short answer.")
     master_evidence: int = Field(
         12, gt=0, le=10_000,

@@ -18,6 +18,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.episodic_router import line_terms
 from actors.remote import AssistantActor, RouterActor, TierShardActor
 from cluster.config import EngramConfig
 from cluster.errors import UnavailableError
@@ -102,8 +103,9 @@ class Topology:
                                                          **journal)
         options["max_concurrency"] = 8  # NOTE: assistants wait on the pool; they only read held segments meanwhile
         return AssistantActor.options(**options).remote(
-            PoolEngine.for_config(config.engine, self.app_name), evidence_per_segment=ep.evidence_per_segment,
-            summary_max_tokens=ep.summary_max_tokens, **journal)
+            PoolEngine.for_config(config.engine, self.app_name), summary_max_tokens=ep.summary_max_tokens,
+            evidence_per_segment=ep.evidence_per_segment, method=ep.extraction, shortlist=ep.shortlist,
+            terms=line_terms(config.router), **journal)
 
     def journal_dir(self, name: str) -> str | None:
         storage = self.config.cluster.storage_dir

@@ -47,6 +47,10 @@ class GenerationRequest(BaseModel):
     At most one output constraint: ``choice`` (the output is exactly one of the strings), ``regex``
     (the output matches it) or ``json_schema`` (the output is a JSON instance of it; give strings a
     ``maxLength`` and arrays a ``maxItems``, or a small model loops inside a string until cut off).
+
+    A request with ``continuation`` generates nothing: the model reads the prompt followed by the
+    continuation (tokenised on its own) and the result carries the log-probability of each
+    continuation token (``GenerationResult.continuation_logprobs``) — a likelihood score in one pass.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -62,6 +66,9 @@ class GenerationRequest(BaseModel):
     choice: list[str] | None = Field(None, min_length=1, max_length=256, description="Allowed outputs.")
     regex: str | None = Field(None, min_length=1, description="Pattern the whole output must match.")
     json_schema: dict[str, Any] | None = Field(None, description="JSON schema the output must satisfy.")
+    continuation: str | None = Field(
+        None, min_length=1, description="Score this text after the prompt instead of generating (no constraint)."
+    )
 
     @model_validator(mode="after")
     def _one_input_one_constraint(self) -> GenerationRequest:
@@ -71,6 +78,8 @@ class GenerationRequest(BaseModel):
             raise ValueError("at most one of 'choice', 'regex', 'json_schema'")
         if self.choice is not None and (len(set(self.choice)) != len(self.choice) or "" in self.choice):
             raise ValueError("'choice' must hold distinct non-empty strings")
+        if self.continuation is not None and self.constraint is not None:
+            raise ValueError("a scored request ('continuation') takes no output constraint")
         return self
 
     @property
@@ -123,6 +132,7 @@ class GenerationResult:
     completion_tokens: int
     finish_reason: str  # "stop" (end of turn / choice complete) or "length" (hit max_tokens)
     choice_logprobs: dict[str, float] | None = None  # TransformersEngine's choice scores, best first
+    continuation_logprobs: tuple[float, ...] | None = None  # a scored request's per-token log-probabilities
 
     @property
     def bill(self) -> TokenBill:
@@ -160,6 +170,17 @@ def render_prompt(tokenizer: Any, request: GenerationRequest) -> list[int]:
         )
         return list(tokenizer(text, add_special_tokens=False).input_ids)
     return list(tokenizer(request.prompt).input_ids)
+
+
+def continuation_ids(tokenizer: Any, request: GenerationRequest) -> list[int]:
+    """Token ids of a scored request's continuation, tokenised on its own (no special tokens)."""
+    return list(tokenizer(request.continuation, add_special_tokens=False).input_ids)
+
+
+def scored_result(prompt_len: int, logprobs: Sequence[float]) -> GenerationResult:
+    """The result of a scored request: no text, the continuation's log-probabilities."""
+    return GenerationResult("", prompt_len + len(logprobs), 0, "stop",
+                            continuation_logprobs=tuple(float(x) for x in logprobs))
 
 
 def _check_fits(i: int, prompt_len: int, budget: int, max_model_len: int) -> None:
@@ -209,15 +230,19 @@ class TransformersEngine:
                 )
         prompts = [render_prompt(self.tokenizer, r) for r in requests]
         choices: dict[int, list[list[int]]] = {}
+        scored: dict[int, list[int]] = {}
         for i, (r, ids) in enumerate(zip(requests, prompts, strict=True)):
-            if r.choice is not None:
+            if r.continuation is not None:
+                scored[i] = continuation_ids(self.tokenizer, r)
+                _check_fits(i, len(ids), len(scored[i]), self.max_model_len)
+            elif r.choice is not None:
                 choices[i] = [self.tokenizer(c, add_special_tokens=False).input_ids for c in r.choice]
                 _check_fits(i, len(ids), max(map(len, choices[i])) + 1, self.max_model_len)
             else:
                 _check_fits(i, len(ids), r.max_tokens or self.config.max_tokens, self.max_model_len)
 
         results: list[GenerationResult] = [None] * len(requests)  # type: ignore[list-item]
-        free = [i for i in range(len(requests)) if i not in choices]
+        free = [i for i in range(len(requests)) if i not in choices and i not in scored]
         # NOTE: generate takes one sampling setting per call, hence one group per temperature.
         for temp in sorted({requests[i].temperature for i in free}):
             group = [i for i in free if requests[i].temperature == temp]
@@ -234,6 +259,9 @@ class TransformersEngine:
                 chunk, self._score([(prompts[i], choices[i][j]) for i, j in chunk]), strict=True
             ):
                 scores[ij] = score
+        for chunk in self._chunks(list(scored), lambda i: len(prompts[i]) + len(scored[i])):
+            for i, logprobs in zip(chunk, self._token_logprobs([(prompts[i], scored[i]) for i in chunk]), strict=True):
+                results[i] = scored_result(len(prompts[i]), logprobs)
         for i, options in choices.items():
             ranked = sorted(range(len(options)), key=lambda j: -scores[i, j])
             texts = requests[i].choice or []
@@ -290,21 +318,26 @@ class TransformersEngine:
         """log P(choice tokens + end-of-turn | prompt) per (prompt, choice) pair: a full-sequence score.
 
         NOTE: each pair is a full forward pass (k choices cost k prompt passes): fine for short decisions
-        (ADD/NOOP, yes/no), wasteful for long prompts with many choices. Left padding puts every
-        continuation at the end of its row, so only the last few positions need logits.
+        (ADD/NOOP, yes/no), wasteful for long prompts with many choices.
+        """
+        return [sum(lp) for lp in self._token_logprobs([(p, c + [self._eos]) for p, c in pairs])]
+
+    def _token_logprobs(self, pairs: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+        """log P(each target token | prompt and the targets before it), per (prompt, targets) pair.
+
+        Left padding puts every target at the end of its row, so only the last few positions need logits.
         """
         torch = self._torch
-        targets = [c + [self._eos] for _, c in pairs]
-        keep = max(map(len, targets)) + 1
-        batch = self._left_pad([p + t for (p, _), t in zip(pairs, targets, strict=True)])
+        keep = max(len(t) for _, t in pairs) + 1
+        batch = self._left_pad([p + t for p, t in pairs])
         with torch.inference_mode():
             logits = self.model(**batch, logits_to_keep=keep).logits.float()
         logp = torch.log_softmax(logits[:, :-1], dim=-1)  # position k predicts token k + 1
-        scores = []
-        for row, t in enumerate(targets):
+        out = []
+        for row, (_, t) in enumerate(pairs):
             picked = logp[row, keep - 1 - len(t) :].gather(-1, torch.tensor(t, device=logp.device)[:, None])
-            scores.append(picked.sum().item())
-        return scores
+            out.append(picked.squeeze(-1).tolist())
+        return out
 
     def close(self) -> None:
         self.model = None  # type: ignore[assignment]
@@ -364,6 +397,8 @@ class VLLMEngine:
         )
 
     def _sampling(self, r: GenerationRequest) -> Any:
+        if r.continuation is not None:  # read the prompt, report its tokens' log-probabilities, emit one token
+            return self._params(max_tokens=1, temperature=0.0, prompt_logprobs=0)
         so = None
         max_tokens = r.max_tokens or self.config.max_tokens
         if r.choice is not None:
@@ -381,23 +416,27 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
 
         prompts = [render_prompt(self.tokenizer, r) for r in requests]
+        tails = [continuation_ids(self.tokenizer, r) if r.continuation is not None else [] for r in requests]
         params = [self._sampling(r) for r in requests]
-        for i, (ids, sp) in enumerate(zip(prompts, params, strict=True)):
-            _check_fits(i, len(ids), sp.max_tokens, self.max_model_len)
+        for i, (ids, tail, sp) in enumerate(zip(prompts, tails, params, strict=True)):
+            _check_fits(i, len(ids) + len(tail), sp.max_tokens, self.max_model_len)
         if not requests:
             return []
         outs = self._llm.generate(
-            [TokensPrompt(prompt_token_ids=ids) for ids in prompts], params, use_tqdm=False
+            [TokensPrompt(prompt_token_ids=ids + tail) for ids, tail in zip(prompts, tails, strict=True)],
+            params, use_tqdm=False,
         )
-        return [
-            GenerationResult(
-                o.outputs[0].text,
-                len(o.prompt_token_ids),
-                len(o.outputs[0].token_ids),
-                o.outputs[0].finish_reason,
-            )
-            for o in outs
-        ]
+        results = []
+        for ids, tail, o in zip(prompts, tails, outs, strict=True):
+            if tail:  # NOTE: prompt_logprobs[k] maps token ids to Logprob at position k (None at 0)
+                full = o.prompt_token_ids
+                results.append(scored_result(len(ids), [o.prompt_logprobs[k][full[k]].logprob
+                                                        for k in range(len(ids), len(full))]))
+            else:
+                out = o.outputs[0]
+                results.append(GenerationResult(out.text, len(o.prompt_token_ids), len(out.token_ids),
+                                                out.finish_reason))
+        return results
 
     def close(self) -> None:
         """Stop the engine-core child process now rather than at interpreter exit."""

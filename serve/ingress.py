@@ -31,7 +31,7 @@ from ray import serve
 from ray.exceptions import ActorDiedError, ActorUnschedulableError, GetTimeoutError, RayActorError
 
 from actors.admission import Decision, content_type_rule
-from actors.assistant import Evidence
+from actors.assistant import Evidence, SegmentQuery, by_score
 from actors.episodic import dedupe_evidence
 from actors.remote import ASSISTANT_WRITES, WRITES
 from actors.tenant_episodes import RouteResult, TurnRecord
@@ -372,7 +372,8 @@ class MemoryAPI:
             groups[topo.assistant_index(tenant, a.segment_id)].append(rank)
         wait = self.config.cluster.ask_timeout_s
         calls = [self._actor("assistants", i, "extract", tenant,
-                             [(route.activations[r].segment_id, req.question) for r in ranks], timeout=wait)
+                             [SegmentQuery(a.segment_id, req.question, a.line_scores)
+                              for a in (route.activations[r] for r in ranks)], timeout=wait)
                  for i, ranks in groups.items()]
         if route.open_segment is not None:
             i = topo.assistant_index(tenant, route.open_segment.id)
@@ -386,7 +387,7 @@ class MemoryAPI:
             by_rank.update(zip(ranks, found, strict=True))
             bill += b
         evidence = [e for r in sorted(by_rank) for e in by_rank[r]] + [e for group in open_found for e in group]
-        answer = await self.master.answer.remote(req.question, dedupe_evidence(evidence), req.category)
+        answer = await self.master.answer.remote(req.question, dedupe_evidence(by_score(evidence)), req.category)
         for role, b in (("assistants", bill), ("master", answer.bill)):
             METRICS.tokens.labels(role, "prompt").inc(b.prompt_tokens)
             METRICS.tokens.labels(role, "completion").inc(b.completion_tokens)

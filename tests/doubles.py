@@ -37,15 +37,23 @@ class ScriptedEngine:
     """A generation engine double: answers by a rule, bills one token per word. Unit tests only.
 
     ``reply(request) -> str`` decides each output; by default a regex request gets "1, 2", a choice
-    request its first choice, anything else "a short answer".
+    request its first choice, anything else "a short answer". A scored request (``continuation``)
+    gets per-word log-probabilities from ``likelihood``: by default 0 for a word the prompt holds, -5
+    for one it does not.
     """
 
     max_model_len = 2048
     supports_regex = True
 
-    def __init__(self, reply=None) -> None:
+    def __init__(self, reply=None, likelihood=None) -> None:
         self.reply = reply or self.default_reply
+        self.likelihood = likelihood or self.default_likelihood
         self.batches: list[list] = []
+
+    @staticmethod
+    def default_likelihood(prompt: str, continuation: str) -> list[float]:
+        seen = set(re.findall(r"\w+", prompt.lower()))
+        return [0.0 if w in seen else -5.0 for w in re.findall(r"\w+", continuation.lower())] or [-5.0]
 
     @staticmethod
     def default_reply(request) -> str:
@@ -61,8 +69,13 @@ class ScriptedEngine:
         self.batches.append(list(requests))
         out = []
         for r in requests:
-            text = self.reply(r)
             prompt = " ".join(m.content for m in r.messages) if r.messages else r.prompt
+            if r.continuation is not None:
+                logprobs = tuple(self.likelihood(prompt, r.continuation))
+                out.append(GenerationResult("", len(prompt.split()) + len(logprobs), 0, "stop",
+                                            continuation_logprobs=logprobs))
+                continue
+            text = self.reply(r)
             out.append(GenerationResult(text, len(prompt.split()), len(text.split()) + 1, "stop"))
         return out
 

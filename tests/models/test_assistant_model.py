@@ -1,4 +1,5 @@
-"""Evidence extraction on the real SmolLM2-135M: the output is valid by construction, on both backends."""
+"""Evidence extraction on the real SmolLM2-135M: the output is valid by construction, on both backends and
+with both extraction methods; a scored request's log-probabilities are those of the continuation."""
 
 from datetime import datetime, timedelta
 
@@ -6,6 +7,7 @@ import pytest
 
 from actors.assistant import AssistantHost, Evidence
 from actors.segmenter import segment_turns
+from serve.engine import GenerationRequest
 from serve.master import Master
 
 pytestmark = pytest.mark.model
@@ -31,20 +33,37 @@ class Turn:
         self.date_time = "1:56 pm on 8 May, 2023"
 
 
-def check(engine):
+def check_scoring(engine):
+    """The likelier line for a question scores higher; one log-probability per continuation token."""
+    question = " What class did Mel sign up for?"
+    lines = ["Mel: I finally signed up for the pottery class on Saturdays.", "Caroline: I bought a new guitar."]
+    results = engine.generate([GenerationRequest(prompt=f"Conversation line: {line}\nA question about this line:",
+                                                 continuation=question) for line in lines])
+    n = len(engine.tokenizer(question, add_special_tokens=False).input_ids)
+    assert [len(r.continuation_logprobs) for r in results] == [n, n]
+    assert all(x <= 0 for r in results for x in r.continuation_logprobs) and all(r.text == "" for r in results)
+    pottery, guitar = (sum(r.continuation_logprobs) for r in results)
+    assert pottery > guitar
+
+
+def check(engine, method):
     segments = segment_turns([Turn(i, s, t) for i, (s, t) in enumerate(TEXTS)], 90, 0.1)
     assert len(segments) >= 2
-    host = AssistantHost(engine, evidence_per_segment=3)
+    host = AssistantHost(engine, evidence_per_segment=3, method=method, shortlist=2)
     host.add(segments)
     pairs = [(seg.id, q) for seg in segments for q in QUESTIONS]
     found, bill = host.extract(pairs)
-    assert len(found) == len(pairs) and bill.calls == len(pairs) and bill.prompt_tokens > 0
+    calls = len(pairs) if method == "choose" else sum(min(2, len(host.segment(sid).lines)) for sid, _ in pairs)
+    assert len(found) == len(pairs) and bill.calls == calls and bill.prompt_tokens > 0
     for (sid, _), evidence in zip(pairs, found, strict=True):
         seg = host.segment(sid)
-        assert len(evidence) <= 3
+        assert len(evidence) <= (3 if method == "choose" else 2)
         for e in evidence:  # verbatim lines of the segment that was asked, with their turn id and time
             i = seg.turn_ids.index(e.turn_id)
             assert e.content == seg.lines[i] and e.timestamp == seg.timestamps[i]
+    if method == "likelihood":  # the pottery line is the best evidence for the pottery question
+        evidence = found[pairs.index((segments[0].id, QUESTIONS[0]))]
+        assert "pottery" in max(evidence, key=lambda e: e.score).content
     master = Master(engine)
     seg = segments[0]
     every = [Evidence(t, line, ts, seg.id) for t, line, ts in zip(seg.turn_ids, seg.lines, seg.timestamps, strict=True)]
@@ -52,9 +71,19 @@ def check(engine):
     assert all(a.text.split()[-1] == "2023" for a in answers)  # temporal answers are dates of evidence lines
 
 
-def test_extraction_is_valid_with_transformers(tf_engine):
-    check(tf_engine)
+@pytest.mark.parametrize("method", ["likelihood", "choose"])
+def test_extraction_is_valid_with_transformers(tf_engine, method):
+    check(tf_engine, method)
 
 
-def test_extraction_is_valid_with_vllm(vllm_engine):
-    check(vllm_engine)
+@pytest.mark.parametrize("method", ["likelihood", "choose"])
+def test_extraction_is_valid_with_vllm(vllm_engine, method):
+    check(vllm_engine, method)
+
+
+def test_scored_requests_with_transformers(tf_engine):
+    check_scoring(tf_engine)
+
+
+def test_scored_requests_with_vllm(vllm_engine):
+    check_scoring(vllm_engine)

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from actors.assistant import AssistantHost, Evidence, line_regex
+from actors.assistant import AssistantHost, Evidence, SegmentQuery, by_score, line_regex
 from actors.episodic import build_system
 from actors.segmenter import segment_turns
 from cluster.config import EngramConfig
@@ -41,7 +41,7 @@ def test_line_regex_accepts_only_valid_line_lists():
 
 def test_assistant_returns_verbatim_lines_of_its_own_segment():
     segs = segments()
-    host = AssistantHost(ScriptedEngine(lambda r: "2, 1, 99"), evidence_per_segment=5)
+    host = AssistantHost(ScriptedEngine(lambda r: "2, 1, 99"), evidence_per_segment=5, method="choose")
     host.add(segs)
     found, bill = host.extract([(segs[0].id, "q?"), (segs[1].id, "q?")])
     for seg, evidence in zip(segs[:2], found, strict=True):
@@ -54,7 +54,7 @@ def test_assistant_returns_verbatim_lines_of_its_own_segment():
 def test_assistant_batches_all_pairs_in_one_engine_call():
     segs = segments()
     engine = ScriptedEngine()
-    host = AssistantHost(engine)
+    host = AssistantHost(engine, method="choose")
     host.add(segs)
     host.extract([(s.id, "q?") for s in segs[:4]])
     assert len(engine.batches) == 1 and len(engine.batches[0]) == 4
@@ -73,7 +73,7 @@ def test_assistant_with_scored_choices_takes_lines_ranked_above_none():
                     for _ in requests]
 
     segs = segments()
-    host = AssistantHost(ChoiceEngine(), evidence_per_segment=5)
+    host = AssistantHost(ChoiceEngine(), evidence_per_segment=5, method="choose")
     host.add(segs)
     [evidence], _ = host.extract([(segs[0].id, "q?")])
     assert [e.turn_id for e in evidence] == [segs[0].turn_ids[0], segs[0].turn_ids[2]]
@@ -160,3 +160,78 @@ def test_full_context_keeps_the_most_recent_turns_within_the_window(config):
 def test_unknown_system_is_an_error(config):
     with pytest.raises(ValueError, match="unknown system"):
         build_system("oracle", config, encoder=HashingEncoder(), engine=ScriptedEngine())
+
+
+def favour(word):
+    """Scripted likelihood: the question is likely (0 per token) after a line holding ``word``, else -3."""
+    return lambda prompt, continuation: [0.0 if word in prompt else -3.0] * len(continuation.split())
+
+
+def test_likelihood_extraction_shortlists_then_lets_the_model_score_in_one_batch():
+    segs = segments()
+    engine = ScriptedEngine(likelihood=favour("number 1003"))
+    host = AssistantHost(engine, evidence_per_segment=5, shortlist=3)
+    host.add(segs)
+    question = "What about topic3?"  # lexical match: the topic3 lines (3, 10, ... ) in each segment
+    found, bill = host.extract([(s.id, question) for s in segs[:2]])
+    [batch] = engine.batches
+    assert len(batch) == 6 and bill.calls == 6  # shortlist 3 per segment, one engine call
+    assert all(r.continuation == f" {question}" and r.constraint is None and r.prompt for r in batch)
+    for seg, evidence in zip(segs[:2], found, strict=True):
+        assert 0 < len(evidence) <= 3
+        idx = [seg.turn_ids.index(e.turn_id) for e in evidence]
+        assert idx == sorted(idx)  # in the segment's order, verbatim
+        for e, i in zip(evidence, idx, strict=True):
+            assert e.content == seg.lines[i] and e.timestamp == seg.timestamps[i]
+    best = by_score([e for group in found for e in group])[0]
+    assert "number 1003" in best.content  # topic3 by words, and the model's favourite
+
+
+def test_likelihood_extraction_takes_the_routers_line_scores_into_the_shortlist():
+    segs = segments()
+    seg = segs[0]
+    host = AssistantHost(ScriptedEngine(), shortlist=1)
+    host.add(segs)
+    question = "Which line?"  # no word of it is in any line: the lexical signal is flat
+    hint = [0.0] * len(seg.lines)
+    hint[4] = 0.9
+    [[only]], _ = host.extract([SegmentQuery(seg.id, question, hint)])
+    assert only.turn_id == seg.turn_ids[4]
+    [[first]], _ = host.extract([(seg.id, question)])  # no hint: ties keep the segment's order
+    assert first.turn_id == seg.turn_ids[0]
+    wrong_length = [1.0, 0.0]  # not one score per line: ignored rather than misapplied
+    [[again]], _ = host.extract([SegmentQuery(seg.id, question, wrong_length)])
+    assert again.turn_id == seg.turn_ids[0]
+
+
+def test_likelihood_idf_follows_added_and_forgotten_lines():
+    segs = segments()
+    host = AssistantHost(ScriptedEngine())
+    host.add(segs[:1])
+    assert "1001" in host.idf() and "1050" not in host.idf()
+    host.add(segs[1:])
+    assert "1050" in host.idf()
+    gone = [t for s in segs for t, line in zip(s.turn_ids, s.lines, strict=True) if "number 1001" in line]
+    host.forget(gone)
+    assert "1001" not in host.idf()
+
+
+def test_host_snapshots_from_before_the_extraction_settings_load_with_the_defaults():
+    import pickle
+
+    host = AssistantHost(ScriptedEngine(), evidence_per_segment=2)
+    host.add(segments())
+    for name in ("method", "shortlist", "terms", "_idf"):
+        del host.__dict__[name]  # as pickled by the earlier code
+    loaded = pickle.loads(pickle.dumps(host))
+    loaded.engine = ScriptedEngine()
+    assert loaded.method == "likelihood" and loaded.shortlist == 4
+    [evidence], _ = loaded.extract([(segments()[0].id, "topic1?")])
+    assert 0 < len(evidence) <= 2
+
+
+def test_scored_request_takes_no_constraint():
+    from serve.engine import GenerationRequest
+
+    with pytest.raises(ValueError, match="no output constraint"):
+        GenerationRequest(prompt="a", continuation=" b", choice=["x"])

@@ -252,3 +252,21 @@ def test_shrinking_a_segment_routes_as_if_its_lines_had_never_been_there(mode):
         assert edited.route(question) == fresh.route(question)
     with pytest.raises(ValueError, match="chunks"):
         edited.shrink(3, [True], "x")
+
+
+def test_activations_carry_each_lines_cosine_when_chunks_are_lines():
+    segs = [seg(1, "alpha beta", "gamma delta", "alpha"), seg(2, "kappa lambda"), seg(3, "alpha mu", "rho")]
+    enc = HashingEncoder(dim=256)
+    question = "alpha gamma"
+    q = enc.encode([question], is_query=True)[0]
+    for mode in ("fusion", "union"):
+        r = EpisodicRouter(enc, RouterConfig(mode=mode, chunking="turn"))
+        r.add(segs)
+        acts = r.route(question)
+        assert acts
+        for a in acts:
+            lines = next(s for s in segs if s.id == a.segment_id).lines
+            assert np.allclose(a.line_scores, enc.encode(lines) @ q, atol=1e-6)
+    chars = EpisodicRouter(enc, RouterConfig(chunking="chars"))
+    chars.add(segs)
+    assert all(a.line_scores == () for a in chars.route(question))  # chunks are not lines: nothing to give

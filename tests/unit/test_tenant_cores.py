@@ -444,7 +444,7 @@ def assistant_segments(prefix: str) -> list[Segment]:
 
 def test_assistants_extract_verbatim_in_pair_order():
     engine = ScriptedEngine(keyword_reply)
-    ta = TenantAssistants(engine)
+    ta = TenantAssistants(engine, method="choose")
     segs = assistant_segments("A")
     assert ta.add("a", segs) == len(segs)
     s0, s1 = segs[0], segs[1]
@@ -473,7 +473,7 @@ def test_assistants_extract_verbatim_in_pair_order():
 
 def test_assistants_skip_segments_whose_lines_were_all_forgotten():
     engine = ScriptedEngine(keyword_reply)
-    ta = TenantAssistants(engine)
+    ta = TenantAssistants(engine, method="choose")
     segs = assistant_segments("A")
     ta.add("a", segs)
     s0, s1 = segs[0], segs[1]
@@ -489,7 +489,7 @@ def test_assistants_skip_segments_whose_lines_were_all_forgotten():
 
 def test_assistants_tenant_isolation():
     engine = ScriptedEngine(keyword_reply)
-    ta = TenantAssistants(engine)
+    ta = TenantAssistants(engine, method="choose")
     segs_a = assistant_segments("A")
     ta.add("a", segs_a[:2])
     ta.add("b", [segs_a[2]])  # B holds only segment id 2 (segment ids repeat across tenants)
@@ -510,7 +510,7 @@ def test_assistants_tenant_isolation():
 
 def test_assistants_summarise_extract_from_and_drop_tenant():
     engine = ScriptedEngine(keyword_reply)
-    ta = TenantAssistants(engine, summary_max_tokens=20)
+    ta = TenantAssistants(engine, summary_max_tokens=20, method="choose")
     segs = assistant_segments("A")
     ta.add("a", segs)
     ids = [segs[0].id, segs[2].id, 999]
