@@ -39,13 +39,9 @@ from serve.engine import GenerationEngine, GenerationRequest, TokenBill
 
 NONE = "none"
 EXTRACT_SYSTEM = "You find the lines of a conversation log that answer a question. You only reply with line numbers."
-LIKELIHOOD_PROMPT = "Conversation line: {line}\nA question about this line:"
-_DATE_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
-
-
-def likelihood_prompt(line: str, *, dated: bool = True) -> str:
-    """What the small model reads before the question: the line, with or without its ``[date time]``."""
-    return LIKELIHOOD_PROMPT.format(line=line if dated else _DATE_PREFIX.sub("", line))
+# NOTE: measured on LoCoMo's train split against "Conversation line: {line}\nA question about this line:" and
+# against the line without its date: the same evidence recall within noise, the shortest prompt costs least.
+LIKELIHOOD_PROMPT = "{line}\nQuestion:"
 Method = Literal["likelihood", "choose"]
 
 
@@ -116,13 +112,12 @@ class AssistantHost:
 
     # NOTE: class-level defaults, so that snapshots written before these settings existed still load.
     method: Method = "likelihood"
-    shortlist: int = 4
-    dated: bool = True
+    shortlist: int = 5
     terms: Callable[[str], list[str]] = staticmethod(words)
     _idf: dict[str, float] | None = None
 
     def __init__(self, engine: GenerationEngine, *, evidence_per_segment: int = 5, method: Method = "likelihood",
-                 shortlist: int = 4, terms: Callable[[str], list[str]] | None = None) -> None:
+                 shortlist: int = 5, terms: Callable[[str], list[str]] | None = None) -> None:
         self.engine = engine
         self.evidence_per_segment = evidence_per_segment
         self.method = method
@@ -190,8 +185,7 @@ class AssistantHost:
             rank = self.rank_lines(q)
             top = np.argsort(-rank, kind="stable")[: self.shortlist]
             picks.append([(int(i), float(rank[i])) for i in top])
-        requests = [GenerationRequest(prompt=likelihood_prompt(self._segments[q.segment_id].lines[i],
-                                                               dated=self.dated),
+        requests = [GenerationRequest(prompt=LIKELIHOOD_PROMPT.format(line=self._segments[q.segment_id].lines[i]),
                                       continuation=f" {q.question}")
                     for q, pick in zip(queries, picks, strict=True) for i, _ in pick]
         results = self.engine.generate(requests)

@@ -280,7 +280,7 @@ class EpisodicConfig(_Section):
         "scoring pass, no generation); 'choose' = the model names line numbers (E-mem; needs a capable model).",
     )
     shortlist: int = Field(
-        4, gt=0, le=256,
+        5, gt=0, le=256,
         description="'likelihood' extraction: lines per segment the small model re-reads; each returned segment "
         "gives at most min(shortlist, evidence_per_segment) lines.",
     )

@@ -225,7 +225,7 @@ def test_host_snapshots_from_before_the_extraction_settings_load_with_the_defaul
         del host.__dict__[name]  # as pickled by the earlier code
     loaded = pickle.loads(pickle.dumps(host))
     loaded.engine = ScriptedEngine()
-    assert loaded.method == "likelihood" and loaded.shortlist == 4
+    assert loaded.method == "likelihood" and loaded.shortlist == 5
     [evidence], _ = loaded.extract([(segments()[0].id, "topic1?")])
     assert 0 < len(evidence) <= 2
 
