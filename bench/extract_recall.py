@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
             segments = segment_turns(conv.turns, ep.segment_tokens, ep.overlap_ratio, count)
             router = EpisodicRouter(encoder, cfg.router)
             router.add(segments)
+            by_id = {s.id: s for s in segments}
             hosts = {}
             for name, (kind, size) in zip(names, settings, strict=True):
                 method = "choose" if kind == "choose" else "likelihood"
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
             for q in questions:
                 acts = router.route(q.question)
                 queries = [SegmentQuery(a.segment_id, q.question, a.line_scores) for a in acts]
-                covered = {t for a in acts for t in hosts[names[0]].segment(a.segment_id).turn_ids}
+                covered = {t for a in acts for t in by_id[a.segment_id].turn_ids}
                 routed_recall.append(sum(e in covered for e in q.evidence) / len(q.evidence))
                 for name, (kind, size) in zip(names, settings, strict=True):
                     start = time.perf_counter()
