@@ -191,22 +191,25 @@ class AdmissionModel(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     def forward(self, embeds: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        soft = self.projector(embeds)
+        # NOTE: projector and heads stay float32; a bfloat16 backbone gets bfloat16 soft tokens.
+        soft = self.projector(embeds).to(self.backbone.get_input_embeddings().weight.dtype)
         # NOTE: left padding + per-row positions: each real turn gets the position it would have alone.
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self.backbone(inputs_embeds=soft, attention_mask=mask, position_ids=positions, use_cache=False)
-        last = out.last_hidden_state[:, -1]
+        last = out.last_hidden_state[:, -1].float()
         return self.op_head(last), self.type_head(last)
 
 
-def load_backbone(name_or_path: str, cache_dir: str | Path | None = None, device: str = "cpu") -> nn.Module:
-    """The frozen backbone's decoder stack, fp32, eval mode (``packaged:`` names are resolved and converted)."""
+def load_backbone(name_or_path: str, cache_dir: str | Path | None = None, device: str = "cpu",
+                  dtype: str = "float32") -> nn.Module:
+    """The frozen backbone's decoder stack in ``dtype`` ('float32' or 'bfloat16'), eval mode (``packaged:``
+    names are resolved and converted)."""
     from transformers import AutoModelForCausalLM
 
     from cluster.smollm import resolve_model
 
     path = resolve_model(name_or_path, cache_dir)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
     return decoder_of(model).to(device).eval()
 
 
@@ -225,10 +228,12 @@ class AdmissionClassifier:
         path: str | Path,
         backbone_loader: Callable[[str], nn.Module] | None = None,
         device: str = "cpu",
+        dtype: str = "float32",
     ) -> AdmissionClassifier:
         """Read ``<path>/admission.pt`` + ``admission.json`` (written by ``python -m cluster.train_admission``).
 
-        ``backbone_loader(name)`` builds the backbone the settings name (default: :func:`load_backbone`).
+        ``backbone_loader(name)`` builds the backbone the settings name (default: :func:`load_backbone` in
+        ``dtype``; the projector and heads always run in float32).
         """
         path = Path(path)
         weights, settings_file = path / WEIGHTS_FILE, path / SETTINGS_FILE
@@ -238,7 +243,7 @@ class AdmissionClassifier:
                 f"train them with `{TRAIN_COMMAND}`"
             )
         settings: dict[str, Any] = json.loads(settings_file.read_text())
-        loader = backbone_loader or (lambda name: load_backbone(name, settings.get("cache_dir"), device))
+        loader = backbone_loader or (lambda name: load_backbone(name, settings.get("cache_dir"), device, dtype))
         model = AdmissionModel(loader(settings["backbone"]), settings["embed_dim"], settings["projector_hidden"])
         state = torch.load(weights, map_location="cpu", weights_only=True)
         missing, unexpected = model.load_state_dict(state, strict=False)

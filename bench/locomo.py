@@ -13,10 +13,12 @@ flags always pick the same questions). A question is keyed by its index in its c
 Resume: every answer is appended (and flushed) to
 ``<cache_dir>/locomo/<system>-<hash>.jsonl``; a rerun skips answered questions. Systems are
 in-memory, so a conversation with any unanswered question is ingested again from scratch; a
-fully answered one is not. The hash (:func:`config_hash`) covers the config tree (``paths`` and
-the profile's name left out), the engine config, the system and model names, the data file's
-bytes and the source of the factory's module and of the project modules it imports from
-(:func:`source_digest`); an edit deeper down that changes answers needs ``--no-resume``.
+fully answered one is not. The hash (:func:`config_hash`) covers the config tree, the engine
+config, the system and model names, the data file's bytes and the source of the factory's module
+and of the project modules it imports from (:func:`source_digest`); an edit deeper down that
+changes answers needs ``--no-resume``. Config sections no system reads (:data:`UNREAD_SECTIONS`)
+and the config module's source (its effect is the values) are left out, so edits there keep the
+cache.
 
 Metrics (:func:`summarise`): official F1 per category, overall (micro) and without category 5;
 ``f1_emem`` the same with E-mem's scorer; ``evidence_recall`` = mean over questions of categories
@@ -56,6 +58,11 @@ SYSTEMS = ("engram", "rag", "full_context", "direct_read")
 RECALL_CATEGORIES = (1, 2, 3, 4)  # evidence recall leaves category 5 (adversarial) out
 HASH_LENGTH = 12
 PACKAGES = ("actors", "serve", "cluster", "bench", "tests")  # whose sources the cache key may cover
+# Config sections no system of this harness reads (nor where outputs go): out of the key, so cached answers
+# survive edits there. NOTE: a system that starts reading one of them must take it out of this set.
+UNREAD_SECTIONS = frozenset({"paths", "profile", "data", "admission", "tiers", "cluster", "auth"})
+# Project modules that act on answers only through values config_hash already covers (the config tree).
+VALUES_ONLY_MODULES = frozenset({"cluster/config.py"})
 
 
 class AnswerLike(Protocol):
@@ -112,13 +119,15 @@ def _project_file(obj: Any) -> Path | None:
 def source_digest(obj: Any) -> str:
     """sha256 over the project source files behind ``obj``: its module and the project modules that
     module imports from directly (for ``actors.episodic.build_system``: the assistant and master
-    prompts, the router, the segmenter, the engine). "" when ``obj`` has no project module."""
+    prompts, the router, the segmenter, the engine; not :data:`VALUES_ONLY_MODULES`, whose effect is the
+    config values). "" when ``obj`` has no project module."""
     obj = inspect.unwrap(obj)
     home = _project_file(obj)
     if home is None:
         return ""
     module = inspect.getmodule(obj)
     files = {home} | {f for v in vars(module).values() if (f := _project_file(v)) is not None}
+    files = {f for f in files if f == home or str(f.relative_to(REPO_ROOT)) not in VALUES_ONLY_MODULES}
     digest = hashlib.sha256()
     for path in sorted(files):
         digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes())
@@ -137,7 +146,7 @@ def engine_config(cfg: EngramConfig):
 
 def config_hash(cfg: EngramConfig, system: str, *, data_digest: str, code_digest: str = "") -> str:
     """Short hash of everything that changes answers (where outputs go does not)."""
-    tree = cfg.model_dump(mode="json", exclude={"paths", "profile", "data"})
+    tree = cfg.model_dump(mode="json", exclude=set(UNREAD_SECTIONS))
     engine = engine_config(cfg).model_dump(mode="json")
     engine.pop("cache_dir", None)
     tree["engine"] = engine

@@ -312,6 +312,12 @@ class AdmissionConfig(_Section):
         1024, ge=8, le=65_536, description="Width of the projector's hidden layer (not published; chosen here)."
     )
     device: str = Field("cpu", description="torch device of the classifier and its training ('cpu', 'cuda').")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32",
+        description="Backbone dtype when classifying (training always runs float32; projector and heads stay "
+        "float32). bfloat16 halves the weights a batch-1 pass reads (docs/admission.md: measured latency and "
+        "agreement with float32).",
+    )
     holdout_conversation: str = Field(
         "conv-47",
         min_length=1,

@@ -62,7 +62,9 @@ class AdmissionService:
 
         cfg = EngramConfig.model_validate(config)
         use_cores(None)
-        self.classifier = AdmissionClassifier.load(Path(cfg.paths.cache_dir) / "admission", device=cfg.admission.device)
+        self.classifier = AdmissionClassifier.load(
+            Path(cfg.paths.cache_dir) / "admission", device=cfg.admission.device, dtype=cfg.admission.dtype
+        )
 
     async def classify(self, chunks: list[np.ndarray]) -> list[Decision]:
         return await asyncio.to_thread(self.classifier.classify, chunks)

@@ -202,7 +202,7 @@ def test_labels_rules_and_helpers():
 
 
 def test_bench_helpers():
-    from bench.admission import even_sample, generative_request, random_f1
+    from bench.admission import FREE_TOKENS, even_sample, generated_op, generative_request, random_f1
 
     assert even_sample(10, 3) == [0, 4, 9] and even_sample(2, 5) == [0, 1]
     assert random_f1(0.25, 1.0) == pytest.approx(0.4)
@@ -210,3 +210,21 @@ def test_bench_helpers():
     assert req.choice == ["ADD", "NOOP"] and req.temperature == 0.0
     assert req.messages[-1].content.count("\n[1:56 pm on 8 May, 2023]") == 2  # two turns, one per line
     assert "Jo: Nice" in req.messages[-1].content
+    free = generative_request([T("a", "D1:0", "Mel", "I love pottery")], constrained=False)
+    assert free.choice is None and free.max_tokens == FREE_TOKENS and free.messages == req.messages[:1] + [
+        free.messages[-1]]
+    assert generated_op(" add.") and generated_op("ADD\n") and not generated_op("NOOP") and not generated_op("")
+    assert not generated_op("Additionally") and not generated_op("...")
+
+
+def test_type_agreement_against_the_rule():
+    from bench.admission import type_agreement
+
+    got = type_agreement(["plan", "plan", "event", "other"], ["plan", "event", "event", "event"])
+    assert got["n"] == 4 and got["accuracy"] == pytest.approx(0.5)
+    assert got["majority_accuracy"] == pytest.approx(0.75)  # "event" is 3 of the 4 rule labels
+    # plan: P 1/2, R 1/1 -> 2/3; event: P 1/1, R 1/3 -> 0.5; other: P 0, R 0 -> 0
+    assert got["per_type"]["plan"]["f1"] == pytest.approx(2 / 3) and got["per_type"]["event"]["support"] == 3
+    assert got["macro_f1"] == pytest.approx((2 / 3 + 0.5 + 0.0) / 3)
+    assert set(got["per_type"]) == {"plan", "event", "other"}
+    assert type_agreement([], [])["n"] == 0

@@ -212,6 +212,8 @@ def test_cache_file_is_per_system_and_config(bench_env, monkeypatch):
     assert locomo.config_hash(changed, "engram", data_digest="d") != base
     moved = cfg.model_copy(update={"paths": cfg.paths.model_copy(update={"results_dir": tmp_path / "elsewhere"})})
     assert locomo.config_hash(moved, "engram", data_digest="d") == base
+    unread = cfg.model_copy(update={"admission": cfg.admission.model_copy(update={"threshold": 0.25})})
+    assert locomo.config_hash(unread, "engram", data_digest="d") == base  # no system reads admission
 
     run()
     monkeypatch.setenv("ENGRAM_ROUTER__K_VEC", "7")
@@ -237,3 +239,11 @@ def test_source_digest_covers_project_modules_only():
     digest = locomo.source_digest(locomo.main)  # bench/locomo.py and the project modules it imports from
     assert len(digest) == 64 and digest == locomo.source_digest(locomo.summarise)
     assert locomo.source_digest(len) == ""  # no project source behind a builtin
+
+
+def test_source_digest_leaves_the_config_module_out(monkeypatch):
+    from actors.episodic import build_system
+
+    digest = locomo.source_digest(build_system)  # actors/episodic.py imports cluster.config directly
+    monkeypatch.setattr(locomo, "VALUES_ONLY_MODULES", frozenset())
+    assert locomo.source_digest(build_system) != digest
