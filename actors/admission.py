@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -34,10 +34,14 @@ from torch import nn
 
 from actors.segmenter import TurnLike, render_turn
 
+if TYPE_CHECKING:
+    from cluster.config import EngramConfig
+
 log = logging.getLogger(__name__)
 
 OPS = ("NOOP", "ADD")  # op head classes; index 1 = ADD
 CONTENT_TYPES = ("fact", "preference", "plan", "emotion", "event", "other")
+WEIGHTS_DIR = "admission"  # under the config's paths.cache_dir
 WEIGHTS_FILE = "admission.pt"
 SETTINGS_FILE = "admission.json"
 TRAIN_COMMAND = "python -m cluster.train_admission"
@@ -153,6 +157,11 @@ class Projector(nn.Module):
         return y * (self.target_rms / y.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt())
 
 
+def weights_dir(cache_dir: str | Path) -> Path:
+    """Where ``python -m cluster.train_admission`` writes the weights and the classifier reads them."""
+    return Path(cache_dir) / WEIGHTS_DIR
+
+
 def decoder_of(model: nn.Module) -> nn.Module:
     """The transformer stack of a causal LM (``LlamaForCausalLM.model``), so no LM head runs; else the model."""
     inner = getattr(model, "model", None)
@@ -252,6 +261,13 @@ class AdmissionClassifier:
             raise ValueError(f"{weights}: checkpoint does not fit the model (missing {missing}, extra {unexpected})")
         log.info("admission classifier loaded from %s (threshold %.3f)", path, settings["threshold"])
         return cls(model.to(device), threshold=float(settings["threshold"]))
+
+    @classmethod
+    def from_config(cls, config: EngramConfig) -> AdmissionClassifier:
+        """The trained classifier of ``config``: weights from :func:`weights_dir` of ``paths.cache_dir``,
+        on ``admission.device``, backbone in ``admission.dtype``."""
+        acfg = config.admission
+        return cls.load(weights_dir(config.paths.cache_dir), device=acfg.device, dtype=acfg.dtype)
 
     @torch.inference_mode()
     def p_add(self, chunks: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -191,9 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     from serve.engine import TransformersEngine
 
     embedder = Embedder(cfg.embedder)
-    clf = AdmissionClassifier.load(
-        Path(cfg.paths.cache_dir) / "admission", device=cfg.admission.device, dtype=cfg.admission.dtype
-    )
+    clf = AdmissionClassifier.from_config(cfg)
     trainable = clf.model.trainable_parameters()
     embedder.encode(["warm-up"])
     clf.classify([embedder.encode(["warm-up"])])
@@ -247,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     bat_c = float(np.median(batch_ms) * 1000)
     bat_g = {k: float(np.median(v[2])) for k, v in generative.items()}
     adds = [d.content_type for d in decisions if d.op == "ADD"]
+    labelled_add = np.flatnonzero(gold)  # the type head trains on ADD chunks: score it on those
     summary = {
         "split": args.split,
         "turns": len(turns),
@@ -271,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         "store_all_f1": random_f1(float(gold.mean()), 1.0),
         "threshold": clf.threshold,
         "content_types_of_add": {t: adds.count(t) for t in CONTENT_TYPES},
-        "content_type_vs_rule": type_agreement([decisions[i].content_type for i in np.flatnonzero(gold)],
-                                               [content_type_rule(turns[i].text) for i in np.flatnonzero(gold)]),
+        "content_type_vs_rule": type_agreement([decisions[i].content_type for i in labelled_add],
+                                               [content_type_rule(turns[i].text) for i in labelled_add]),
         "limit": args.limit,
     }
     out = Path(cfg.paths.results_dir)

@@ -73,9 +73,7 @@ def classifier_keep(convs: Sequence[Conversation], cfg: Any) -> Keep:
     """The trained classifier's ADD turns, each conversation streamed in order (batches of 16)."""
     from serve.embedder import Embedder
 
-    clf = AdmissionClassifier.load(
-        Path(cfg.paths.cache_dir) / "admission", device=cfg.admission.device, dtype=cfg.admission.dtype
-    )
+    clf = AdmissionClassifier.from_config(cfg)
     stream = ChunkStream(Embedder(cfg.embedder), cfg.admission.max_turns)
     keep: Keep = {}
     for c in convs:

@@ -126,8 +126,8 @@ def source_digest(obj: Any) -> str:
     if home is None:
         return ""
     module = inspect.getmodule(obj)
-    files = {home} | {f for v in vars(module).values() if (f := _project_file(v)) is not None}
-    files = {f for f in files if f == home or str(f.relative_to(REPO_ROOT)) not in VALUES_ONLY_MODULES}
+    imported = (f for v in vars(module).values() if (f := _project_file(v)) is not None)
+    files = {home} | {f for f in imported if str(f.relative_to(REPO_ROOT)) not in VALUES_ONLY_MODULES}
     digest = hashlib.sha256()
     for path in sorted(files):
         digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes())

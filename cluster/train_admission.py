@@ -42,6 +42,7 @@ from actors.admission import (
     content_type_rule,
     load_backbone,
     pad_chunks,
+    weights_dir,
 )
 from cluster.config import AdmissionConfig, EngramConfig, load_config
 
@@ -253,7 +254,7 @@ def run(cfg: EngramConfig, *, limit: int | None = None, progress: bool = True) -
         "train_chunks": len(train.rows), "train_add": int(train.op.sum()), "limit": limit,
         "config": acfg.model_dump(),
     }
-    out_dir = Path(cfg.paths.cache_dir) / "admission"
+    out_dir = weights_dir(cfg.paths.cache_dir)
     save(out_dir, model, result, settings)
     print(f"wrote {out_dir / WEIGHTS_FILE} (held-out F1 {result.holdout_f1:.3f} at threshold "
           f"{result.threshold:.3f}, {result.seconds:.0f} s)", flush=True)

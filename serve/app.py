@@ -12,7 +12,6 @@ routers, assistants) are created by the ingress on first use (``cluster.topology
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ray import serve
@@ -36,9 +35,9 @@ def _options(d: DeploymentArgs) -> dict[str, Any]:
 def check_ready(config: EngramConfig) -> None:
     """Fail fast, before any replica starts, on what would only fail later inside one."""
     if config.admission.mode == "classifier":
-        from actors.admission import SETTINGS_FILE, TRAIN_COMMAND, WEIGHTS_FILE
+        from actors.admission import SETTINGS_FILE, TRAIN_COMMAND, WEIGHTS_FILE, weights_dir
 
-        weights = Path(config.paths.cache_dir) / "admission"
+        weights = weights_dir(config.paths.cache_dir)
         if not (weights / WEIGHTS_FILE).is_file() or not (weights / SETTINGS_FILE).is_file():
             raise FileNotFoundError(
                 f"admission.mode is 'classifier' but no trained weights are in {weights}; train them with "

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -62,9 +61,7 @@ class AdmissionService:
 
         cfg = EngramConfig.model_validate(config)
         use_cores(None)
-        self.classifier = AdmissionClassifier.load(
-            Path(cfg.paths.cache_dir) / "admission", device=cfg.admission.device, dtype=cfg.admission.dtype
-        )
+        self.classifier = AdmissionClassifier.from_config(cfg)
 
     async def classify(self, chunks: list[np.ndarray]) -> list[Decision]:
         return await asyncio.to_thread(self.classifier.classify, chunks)
