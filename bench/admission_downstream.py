@@ -92,14 +92,19 @@ def _keep_digest(keep: Keep) -> str:
     return h.hexdigest()[:12]
 
 
+def _group(group: dict) -> str:
+    return f"{group['f1'] or 0:.3f} ({group['questions']})"
+
+
 def markdown(out: dict) -> str:
-    rows = ["| policy | stored | evidence stored | evidence recall | F1 (official) | F1 without cat. 5 | questions |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| policy | stored | evidence stored | evidence recall | F1 (official) | F1 without cat. 5 | "
+            "F1, all evidence read (n) | F1, none read (n) | questions |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for r in out["results"]:
-        f1 = r["f1"]
+        f1, by_read = r["f1"], r["f1_by_evidence_read"]
         rows.append(f"| {r['policy']} | {r['stored_share']:.3f} | {r['evidence_stored']:.3f} | "
                     f"{r['evidence_recall'] or 0:.3f} | {f1['overall'] or 0:.3f} | {f1['overall_no5'] or 0:.3f} | "
-                    f"{r['questions']} |")
+                    f"{_group(by_read['all'])} | {_group(by_read['none'])} | {r['questions']} |")
     gaps = (out["f1_classifier_minus_random"], out["f1_classifier_minus_store_all"])
     return "\n".join(rows) + (
         f"\n\nsplit {out['split']}, system {out['system']}, budget {out['budget']:.3f} of turns; classifier "

@@ -262,7 +262,20 @@ def summarise(rows: Sequence[dict], *, split_name: str, system: str) -> dict:
         },
         "latency_p50_ms": _finite(latency["p50"]), "latency_p95_ms": _finite(latency["p95"]),
         "counts": {str(c): sum(r["category"] == c for r in rows) for c in CATEGORIES},
+        "f1_by_evidence_read": f1_by_evidence_read(rows),
     }
+
+
+def f1_by_evidence_read(rows: Sequence[dict]) -> dict[str, dict[str, float | int | None]]:
+    """Official F1 of the category 1-4 questions grouped by how much of their evidence the answerer read
+    (``answer_evidence_recall``): ``all`` (= 1), ``some`` and ``none`` (= 0), each ``{"questions", "f1"}``.
+    How far answers move with the evidence bounds what better memory (admission, routing) can gain."""
+    groups: dict[str, list[float]] = {"all": [], "some": [], "none": []}
+    for r in rows:
+        recall = r["answer_evidence_recall"]
+        if recall is not None:
+            groups["all" if recall >= 1.0 else "none" if recall <= 0.0 else "some"].append(r["f1"])
+    return {k: {"questions": len(v), "f1": _mean(v)} for k, v in groups.items()}
 
 
 # -- the run ---------------------------------------------------------------------------------

@@ -67,7 +67,12 @@ def test_every_policy_stores_the_classifiers_budget_and_the_system_sees_only_sto
     assert classifier["evidence_recall"] < 1.0 == next(r for r in out["results"] if r["policy"] == "store_all")[
         "evidence_recall"]
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == json.loads(json.dumps(out))
-    assert (tmp_path / "results" / "admission" / "downstream-test-rag.md").read_text().startswith("| policy |")
+    table = (tmp_path / "results" / "admission" / "downstream-test-rag.md").read_text()
+    assert table.startswith("| policy |")
+    by_read = next(r for r in out["results"] if r["policy"] == "store_all")["f1_by_evidence_read"]
+    assert sum(g["questions"] for g in by_read.values()) == 5  # categories 1-4 with evidence
+    row = next(line for line in table.splitlines() if line.startswith("| store_all |"))
+    assert f"| {by_read['all']['f1']:.3f} ({by_read['all']['questions']}) |" in row
 
 
 def test_answers_are_cached_per_policy(env):

@@ -122,6 +122,9 @@ def test_metrics_match_hand_computation(bench_env, capsys):
     assert out["evidence_recall_questions"] == 5
     # cited {1st turn}: A0 1/2, A1 0, A2 0, B0 1, B1 0
     assert out["answer_evidence_recall"] == pytest.approx(1.5 / 5)
+    # grouped by that: all B0 (right); some A0 (right); none A1, B1 (wrong), A2 (right)
+    assert out["f1_by_evidence_read"] == {"all": {"questions": 1, "f1": 1.0}, "some": {"questions": 1, "f1": 1.0},
+                                          "none": {"questions": 3, "f1": pytest.approx(1 / 3)}}
     assert out["segments_per_question"] == 2.0
     assert out["tokens_per_question"] == {"assistants": 12.0, "master": 6.0, "total": 18.0}
     assert 0 <= out["latency_p50_ms"] <= out["latency_p95_ms"]
