@@ -269,7 +269,7 @@ def summarise(rows: Sequence[dict], *, split_name: str, system: str) -> dict:
 def f1_by_evidence_read(rows: Sequence[dict]) -> dict[str, dict[str, float | int | None]]:
     """Official F1 of the category 1-4 questions grouped by how much of their evidence the answerer read
     (``answer_evidence_recall``): ``all`` (= 1), ``some`` and ``none`` (= 0), each ``{"questions", "f1"}``.
-    How far answers move with the evidence bounds what better memory (admission, routing) can gain."""
+    How far answers move with the evidence suggests how much better memory (admission, routing) can gain."""
     groups: dict[str, list[float]] = {"all": [], "some": [], "none": []}
     for r in rows:
         recall = r["answer_evidence_recall"]
