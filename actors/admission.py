@@ -162,6 +162,17 @@ def weights_dir(cache_dir: str | Path) -> Path:
     return Path(cache_dir) / WEIGHTS_DIR
 
 
+def require_weights(path: str | Path, alternative: str = "") -> None:
+    """Raise FileNotFoundError, naming the training command (and ``alternative``), unless ``path`` holds
+    the trained weights and their settings."""
+    path = Path(path)
+    if not (path / WEIGHTS_FILE).is_file() or not (path / SETTINGS_FILE).is_file():
+        raise FileNotFoundError(
+            f"no trained admission weights in {path} (expected {WEIGHTS_FILE} and {SETTINGS_FILE}); "
+            f"train them with `{TRAIN_COMMAND}` (~7 min on 2 CPU cores){alternative}"
+        )
+
+
 def decoder_of(model: nn.Module) -> nn.Module:
     """The transformer stack of a causal LM (``LlamaForCausalLM.model``), so no LM head runs; else the model."""
     inner = getattr(model, "model", None)
@@ -245,12 +256,8 @@ class AdmissionClassifier:
         ``dtype``; the projector and heads always run in float32).
         """
         path = Path(path)
+        require_weights(path)
         weights, settings_file = path / WEIGHTS_FILE, path / SETTINGS_FILE
-        if not weights.is_file() or not settings_file.is_file():
-            raise FileNotFoundError(
-                f"no trained admission weights in {path} (expected {WEIGHTS_FILE} and {SETTINGS_FILE}); "
-                f"train them with `{TRAIN_COMMAND}`"
-            )
         settings: dict[str, Any] = json.loads(settings_file.read_text())
         loader = backbone_loader or (lambda name: load_backbone(name, settings.get("cache_dir"), device, dtype))
         model = AdmissionModel(loader(settings["backbone"]), settings["embed_dim"], settings["projector_hidden"])

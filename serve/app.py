@@ -35,14 +35,9 @@ def _options(d: DeploymentArgs) -> dict[str, Any]:
 def check_ready(config: EngramConfig) -> None:
     """Fail fast, before any replica starts, on what would only fail later inside one."""
     if config.admission.mode == "classifier":
-        from actors.admission import SETTINGS_FILE, TRAIN_COMMAND, WEIGHTS_FILE, weights_dir
+        from actors.admission import require_weights, weights_dir
 
-        weights = weights_dir(config.paths.cache_dir)
-        if not (weights / WEIGHTS_FILE).is_file() or not (weights / SETTINGS_FILE).is_file():
-            raise FileNotFoundError(
-                f"admission.mode is 'classifier' but no trained weights are in {weights}; train them with "
-                f"`{TRAIN_COMMAND}` (~7 min on 2 CPU cores) or set admission.mode: store_all"
-            )
+        require_weights(weights_dir(config.paths.cache_dir), " or set admission.mode: store_all")
     if config.auth.required:
         from cluster.auth import KeyStore
 
