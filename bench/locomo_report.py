@@ -17,7 +17,7 @@ from bench.locomo_score import CATEGORIES
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 
 
-def _fmt(x: float | None, digits: int = 3) -> str:
+def fmt(x: float | None, digits: int = 3) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
@@ -37,11 +37,11 @@ def markdown_table(summaries: Sequence[dict], split_name: str) -> str:
     for s in summaries:
         f1, em, tok = s["f1"], s["f1_emem"], s["tokens_per_question"]
         cells = [
-            s["system"], str(s["questions"]), *(_fmt(f1[str(c)]) for c in CATEGORIES),
-            _fmt(f1["overall"]), _fmt(f1["overall_no5"]), _fmt(em["overall"]), _fmt(em["overall_no5"]),
-            _fmt(s["evidence_recall"]), _fmt(s["segments_per_question"], 2),
-            _fmt(tok["assistants"], 0), _fmt(tok["master"], 0), _fmt(tok["total"], 0),
-            _fmt(s["latency_p50_ms"], 0), _fmt(s["latency_p95_ms"], 0),
+            s["system"], str(s["questions"]), *(fmt(f1[str(c)]) for c in CATEGORIES),
+            fmt(f1["overall"]), fmt(f1["overall_no5"]), fmt(em["overall"]), fmt(em["overall_no5"]),
+            fmt(s["evidence_recall"]), fmt(s["segments_per_question"], 2),
+            fmt(tok["assistants"], 0), fmt(tok["master"], 0), fmt(tok["total"], 0),
+            fmt(s["latency_p50_ms"], 0), fmt(s["latency_p95_ms"], 0),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")

@@ -1,0 +1,182 @@
+"""What the master reads, on LoCoMo's TRAIN split: engram's chosen evidence lines alone or with their
+neighbouring turns — the master replayed on the evidence ``bench.locomo`` cached, no assistant re-run.
+
+For the first ``--limit`` questions (categories 1-5, file order) of each train conversation that
+``bench.locomo --split train --system engram`` has answered (same config and code, so the same
+cache file), the master answers again from the turns its cached answer read
+(``evidence_turn_ids``), widened by each context setting:
+
+- ``product`` — those lines exactly as the product hands them over (ordered by time, then by turn
+  id as a string, so ``D3:10`` comes before ``D3:9``): must reproduce the cached answers; the
+  share that does is reported as ``same_as_cached``;
+- ``B:A`` — each line with the ``B`` turns before and ``A`` after it in its session (``0:0``: the
+  lines alone), merged, in dialogue order, cut to the model's window as the product does.
+
+Reported per setting: official F1 per category, overall and without category 5; the share of the
+gold evidence turns the master read (categories 1-4); master tokens (prompt + completion) per question. The same
+questions' cached engram and direct_read scores are shown beside (``cached:<system>``, when that
+system's train answers are cached). Each conversation's questions go to the engine as one batch.
+
+    loopback-only python -m bench.locomo --split train --system engram     # first, once (~2 h on 2 cores)
+    python -m bench.master_context --limit 40 --contexts product,0:0,1:0,1:1
+
+The engine is the configured one (CPU profile: vLLM-CPU, SmolLM2-135M). The test split is never read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+from tqdm import tqdm
+
+from actors.assistant import Evidence
+from actors.episodic import build_system, fit_evidence, prompt_budget, token_counter, turn_evidence
+from bench import locomo
+from bench.common import emit_json, setup_logging
+from bench.locomo_data import Conversation, load_locomo, split
+from bench.locomo_report import fmt
+from bench.locomo_score import CATEGORIES
+from cluster.config import load_config
+from serve.master import Master
+
+PRODUCT = "product"
+CACHED_SYSTEMS = ("engram", "direct_read")
+
+
+def parse_contexts(text: str) -> list[str]:
+    """'product,0:0,1:1' -> ['product', '0:0', '1:1']; each ``B:A`` with non-negative integers."""
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        before, sep, after = part.partition(":")
+        if part != PRODUCT and not (sep and before.isdigit() and after.isdigit()):
+            raise ValueError(f"{part!r}: give {PRODUCT!r} or turns before:after, e.g. 1:1")
+        out.append(part)
+    return list(dict.fromkeys(out))
+
+
+def widen(conv: Conversation, turn_ids: Sequence[str], before: int, after: int) -> list[Evidence]:
+    """The turns ``turn_ids`` with up to ``before`` / ``after`` neighbours each in the same session, once each,
+    in dialogue order. Their timestamps are nudged by the turn's position (microseconds: dates unchanged) so
+    that the master, which orders evidence by time, keeps dialogue order within a session."""
+    by_id = conv.turn_map()
+    keep: set[int] = set()
+    for turn_id in turn_ids:
+        turn = by_id[turn_id]
+        for index in range(max(0, turn.index - before), min(len(conv.turns), turn.index + after + 1)):
+            if conv.turns[index].session == turn.session:
+                keep.add(index)
+    return [replace(turn_evidence(conv.turns[i]), timestamp=conv.turns[i].timestamp + timedelta(microseconds=i))
+            for i in sorted(keep)]
+
+
+def cached_rows(cfg, system: str, convs: Sequence[Conversation], data: Path) -> locomo.ResultCache | None:
+    """``bench.locomo``'s answers of ``system`` for this config and code, or None when it has none."""
+    digest = locomo.config_hash(cfg, system, data_digest=locomo.file_digest(data),
+                                code_digest=locomo.source_digest(build_system))
+    path = cfg.paths.cache_dir / "locomo" / f"{system}-{digest}.jsonl"
+    return locomo.ResultCache(path) if path.is_file() else None
+
+
+def summarise(name: str, rows: Sequence[dict]) -> dict:
+    """Official F1 block, evidence read and master tokens (prompt + completion) of one setting's scored rows."""
+    full = locomo.summarise(rows, split_name="train", system=name)
+    same = [r["same_as_cached"] for r in rows if "same_as_cached" in r]
+    return {"context": name, "questions": len(rows), "f1": full["f1"], "evidence_read": full["answer_evidence_recall"],
+            "master_tokens": full["tokens_per_question"]["master"],
+            "same_as_cached": sum(same) / len(same) if same else None}
+
+
+def markdown(results: Sequence[dict]) -> str:
+    cats = " | ".join(f"F1 {c}" for c in CATEGORIES)
+    lines = [f"| context | n | {cats} | overall | overall no5 | evidence read | master tokens | same as cached |",
+             "|---|---|" + "---|" * (len(CATEGORIES) + 5)]
+    for r in results:
+        f1 = r["f1"]
+        cells = [r["context"], str(r["questions"]), *(fmt(f1[str(c)]) for c in CATEGORIES), fmt(f1["overall"]),
+                 fmt(f1["overall_no5"]), fmt(r["evidence_read"]), fmt(r["master_tokens"], 0), fmt(r["same_as_cached"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
+    parser.add_argument("--data", type=Path, default=None, help="locomo10.json (default: data.locomo_path)")
+    parser.add_argument("--contexts", default="product,0:0,1:0,1:1", help="comma list of product and B:A")
+    parser.add_argument("--limit", type=int, default=40, help="first N questions per train conversation")
+    args = parser.parse_args(argv)
+    try:
+        contexts = parse_contexts(args.contexts)
+    except ValueError as exc:
+        parser.error(f"--contexts: {exc}")
+    if not contexts or args.limit < 1:
+        parser.error("--contexts must name a setting and --limit must be positive")
+
+    setup_logging()
+    cfg = load_config(args.profile)
+    data = args.data or cfg.data.locomo_path
+    convs = split(load_locomo(data), "train")
+    caches = {s: cached_rows(cfg, s, convs, data) for s in CACHED_SYSTEMS}
+    if caches["engram"] is None:
+        sys.exit("no cached engram answers on the train split for this config and code: run "
+                 "`python -m bench.locomo --split train --system engram` first")
+    picked = {c.sample_id: [(i, q, row) for i, q in locomo.select_questions(c, CATEGORIES, args.limit)
+                            if (row := caches["engram"].answered(c.sample_id, i, q)) is not None] for c in convs}
+    if not any(picked.values()):
+        sys.exit("none of the selected train questions has a cached engram answer yet")
+
+    from serve.engine import build_engine
+
+    engine = build_engine(cfg.engine.model_copy(update={"cache_dir": str(cfg.paths.cache_dir)}))
+    ep = cfg.episodic
+    master = Master(engine, max_tokens=ep.answer_max_tokens, not_mentioned=ep.not_mentioned)
+    count, budget = token_counter(engine), prompt_budget(engine.max_model_len, ep.answer_max_tokens)
+    scored: dict[str, list[dict]] = {name: [] for name in contexts}
+    try:
+        for conv in tqdm(convs, desc="conversations", file=sys.stderr):
+            items = picked[conv.sample_id]
+            for name in contexts:
+                if name == PRODUCT:
+                    by_id = conv.turn_map()
+                    evidence = [[turn_evidence(by_id[t]) for t in row["evidence_turn_ids"]] for _, _, row in items]
+                else:
+                    before, after = map(int, name.split(":"))
+                    evidence = [fit_evidence(widen(conv, row["evidence_turn_ids"], before, after), q.question,
+                                             budget, count) for _, q, row in items]
+                answers = master.answer_batch([(q.question, ev, q.category, q.adversarial)
+                                               for (_, q, _), ev in zip(items, evidence, strict=True)])
+                for (_, _, row), answer in zip(items, answers, strict=True):
+                    out = locomo.score_row({**row, "prediction": answer.text,
+                                            "evidence_turn_ids": [e.turn_id for e in answer.evidence],
+                                            "master_bill": {"prompt": answer.bill.prompt_tokens,
+                                                            "completion": answer.bill.completion_tokens}})
+                    if name == PRODUCT:
+                        out["same_as_cached"] = float(answer.text == row["prediction"])
+                    scored[name].append(out)
+    finally:
+        engine.close()
+
+    results = [summarise(name, scored[name]) for name in contexts]
+    for system, cache in caches.items():
+        rows = [cache.answered(c.sample_id, i, q) for c in convs for i, q, _ in picked[c.sample_id]] if cache else []
+        if rows and all(rows):
+            results.append(summarise(f"cached:{system}", [locomo.score_row(r) for r in rows]))
+    payload = {"split": "train", "limit": args.limit, "questions": sum(map(len, picked.values())),
+               "engine": {"backend": cfg.engine.backend, "model": cfg.engine.model}, "results": results}
+    out_dir = Path(cfg.paths.results_dir) / "master_context"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(payload, indent=1))
+    (out_dir / "results.md").write_text(markdown(results))
+    print(markdown(results), file=sys.stderr)
+    emit_json(payload)
+    return payload
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""bench.master_context: context settings and the neighbouring turns the master is handed."""
+
+from datetime import datetime
+
+import pytest
+
+from bench.locomo_data import Conversation, Turn
+from bench.master_context import parse_contexts, widen
+from serve.master import format_date
+
+
+def _conversation() -> Conversation:
+    turns, stamps = [], {1: datetime(2023, 5, 8, 13, 56), 2: datetime(2023, 6, 1, 9, 0)}
+    for session, count in ((1, 12), (2, 3)):
+        for k in range(1, count + 1):
+            turns.append(Turn("c", f"D{session}:{k}", session, len(turns), "Ann" if k % 2 else "Bob",
+                              f"line {session}.{k}", "some date", stamps[session]))
+    return Conversation("c", ("Ann", "Bob"), turns, [])
+
+
+def test_parse_contexts():
+    assert parse_contexts("product, 0:0,1:1,1:1") == ["product", "0:0", "1:1"]
+    for bad in ("1", "a:b", "1:-1", "full"):
+        with pytest.raises(ValueError, match="before:after"):
+            parse_contexts(bad)
+
+
+def test_widen_keeps_neighbours_inside_the_session_in_dialogue_order():
+    conv = _conversation()
+    wide = widen(conv, ["D2:1", "D1:10", "D1:9"], 1, 1)
+    assert [e.turn_id for e in wide] == ["D1:8", "D1:9", "D1:10", "D1:11", "D2:1", "D2:2"]  # no D1:12 before D2:1
+    assert [e.turn_id for e in widen(conv, ["D1:12"], 0, 2)] == ["D1:12"]
+    assert [e.turn_id for e in widen(conv, ["D1:1", "D1:3"], 1, 0)] == ["D1:1", "D1:2", "D1:3"]
+    # the master orders by (time, turn id): the nudged times keep D1:9 before D1:10, dates stay the same
+    assert sorted(wide, key=lambda e: (e.timestamp, e.turn_id)) == wide
+    assert {format_date(e.timestamp) for e in wide[:4]} == {"8 May 2023"}
+    assert wide[0].content == "[some date] Bob: line 1.8"
