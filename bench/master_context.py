@@ -104,6 +104,22 @@ def markdown(results: Sequence[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def report(convs: Sequence[Conversation], picked: dict[str, list], scored: dict[str, list[dict]],
+           caches: dict[str, locomo.ResultCache | None], out_dir: Path, **extra) -> dict:
+    """Summaries of the conversations replayed so far, with the same questions' cached answers beside,
+    written to ``out_dir/results.{json,md}``."""
+    results = [summarise(name, rows) for name, rows in scored.items()]
+    for system, cache in caches.items():
+        rows = [cache.answered(c.sample_id, i, q) for c in convs for i, q, _ in picked[c.sample_id]] if cache else []
+        if rows and all(rows):
+            results.append(summarise(f"cached:{system}", [locomo.score_row(r) for r in rows]))
+    payload = {"split": "train", "conversations": len(convs),
+               "questions": sum(len(picked[c.sample_id]) for c in convs), **extra, "results": results}
+    (out_dir / "results.json").write_text(json.dumps(payload, indent=1))
+    (out_dir / "results.md").write_text(markdown(results))
+    return payload
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
@@ -138,8 +154,10 @@ def main(argv: list[str] | None = None) -> dict:
     master = Master(engine, max_tokens=ep.answer_max_tokens, not_mentioned=ep.not_mentioned)
     count, budget = token_counter(engine), prompt_budget(engine.max_model_len, ep.answer_max_tokens)
     scored: dict[str, list[dict]] = {name: [] for name in contexts}
+    out_dir = Path(cfg.paths.results_dir) / "master_context"
+    out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        for conv in tqdm(convs, desc="conversations", file=sys.stderr):
+        for done, conv in enumerate(tqdm(convs, desc="conversations", file=sys.stderr), start=1):
             items = picked[conv.sample_id]
             for name in contexts:
                 if name == PRODUCT:
@@ -159,21 +177,12 @@ def main(argv: list[str] | None = None) -> dict:
                     if name == PRODUCT:
                         out["same_as_cached"] = float(answer.text == row["prediction"])
                     scored[name].append(out)
+            # NOTE: written after every conversation, so a run cut short still leaves its numbers
+            payload = report(convs[:done], picked, scored, caches, out_dir,
+                             limit=args.limit, engine={"backend": cfg.engine.backend, "model": cfg.engine.model})
     finally:
         engine.close()
-
-    results = [summarise(name, scored[name]) for name in contexts]
-    for system, cache in caches.items():
-        rows = [cache.answered(c.sample_id, i, q) for c in convs for i, q, _ in picked[c.sample_id]] if cache else []
-        if rows and all(rows):
-            results.append(summarise(f"cached:{system}", [locomo.score_row(r) for r in rows]))
-    payload = {"split": "train", "limit": args.limit, "questions": sum(map(len, picked.values())),
-               "engine": {"backend": cfg.engine.backend, "model": cfg.engine.model}, "results": results}
-    out_dir = Path(cfg.paths.results_dir) / "master_context"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(payload, indent=1))
-    (out_dir / "results.md").write_text(markdown(results))
-    print(markdown(results), file=sys.stderr)
+    print((out_dir / "results.md").read_text(), file=sys.stderr)
     emit_json(payload)
     return payload
 
