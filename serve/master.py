@@ -46,6 +46,18 @@ def format_date(ts: datetime) -> str:
     return f"{ts.day} {ts:%B} {ts.year}"
 
 
+def dialogue_order(evidence: Evidence) -> tuple[datetime, list[str | int]]:
+    """Sort key: time, then the turn id with its numbers compared as numbers (turns of one session share
+    their time in LoCoMo), so ``D3:9`` comes before ``D3:10``.
+
+    >>> [e.turn_id for e in sorted([Evidence("D3:10", "", datetime(2023, 5, 7), 0),
+    ...                             Evidence("D3:9", "", datetime(2023, 5, 7), 0)], key=dialogue_order)]
+    ['D3:9', 'D3:10']
+    """
+    parts = re.split(r"(\d+)", evidence.turn_id)  # text, number, text, ...: alike positions compare alike
+    return evidence.timestamp, [int(p) if i % 2 else p for i, p in enumerate(parts)]
+
+
 def clean_answer(text: str) -> str:
     """First line, without 'Answer:' or a speaker prefix, quotes or a final full stop.
 
@@ -97,7 +109,7 @@ class Master:
         self, items: Sequence[tuple[str, Sequence[Evidence], int | None, str | None]]
     ) -> list[MasterAnswer]:
         """(question, evidence, category, adversarial answer) per question -> answers, one engine batch."""
-        ordered = [sorted(ev, key=lambda e: (e.timestamp, e.turn_id)) for _, ev, _, _ in items]
+        ordered = [sorted(ev, key=dialogue_order) for _, ev, _, _ in items]
         todo = [i for i, ev in enumerate(ordered) if ev]
         requests = [self.request(items[i][0], ordered[i], items[i][2], items[i][3]) for i in todo]
         results = self.engine.generate(requests) if requests else []

@@ -91,6 +91,15 @@ def test_master_orders_evidence_by_time_and_cleans_the_answer():
     assert prompt.index("[early]") < prompt.index("[late]")
 
 
+def test_master_keeps_dialogue_order_among_turns_of_one_time():
+    """LoCoMo turns of a session share one time: their ids order them, numbers compared as numbers."""
+    engine = ScriptedEngine(lambda r: "x")
+    when = datetime(2023, 5, 1)
+    ids = ["D2:1", "D1:10", "D1:9", "D1:2", "t11", "t2"]
+    ans = Master(engine).answer("q?", [Evidence(t, t, when, 0) for t in ids], category=4)
+    assert [e.turn_id for e in ans.evidence] == ["D1:2", "D1:9", "D1:10", "D2:1", "t2", "t11"]
+
+
 def test_master_temporal_answer_is_the_chosen_lines_date():
     master = Master(ScriptedEngine(lambda r: r.choice[-1]))
     ev = [Evidence("D1:1", "a", datetime(2023, 5, 7), 0), Evidence("D1:2", "b", datetime(2023, 7, 15), 0)]
