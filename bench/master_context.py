@@ -6,11 +6,11 @@ For the first ``--limit`` questions (categories 1-5, file order) of each train c
 cache file), the master answers again from the turns its cached answer read
 (``evidence_turn_ids``), widened by each context setting:
 
-- ``product`` — those lines exactly as the product hands them over (ordered by time, then by turn
-  id as a string, so ``D3:10`` comes before ``D3:9``): must reproduce the cached answers; the
-  share that does is reported as ``same_as_cached``;
+- ``product`` — those lines exactly as the product hands them to the master: must reproduce the
+  cached answers; the share that does is reported as ``same_as_cached``;
 - ``B:A`` — each line with the ``B`` turns before and ``A`` after it in its session (``0:0``: the
-  lines alone), merged, in dialogue order, cut to the model's window as the product does.
+  lines alone), merged, cut to the model's window as the product does; the master orders them in
+  dialogue order.
 
 Reported per setting: official F1 per category, overall and without category 5; the share of the
 gold evidence turns the master read (categories 1-4); master tokens (prompt + completion) per question. The same
@@ -29,8 +29,6 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
 
 from tqdm import tqdm
@@ -62,8 +60,7 @@ def parse_contexts(text: str) -> list[str]:
 
 def widen(conv: Conversation, turn_ids: Sequence[str], before: int, after: int) -> list[Evidence]:
     """The turns ``turn_ids`` with up to ``before`` / ``after`` neighbours each in the same session, once each,
-    in dialogue order. Their timestamps are nudged by the turn's position (microseconds: dates unchanged) so
-    that the master, which orders evidence by time, keeps dialogue order within a session."""
+    in dialogue order."""
     by_id = conv.turn_map()
     keep: set[int] = set()
     for turn_id in turn_ids:
@@ -71,8 +68,7 @@ def widen(conv: Conversation, turn_ids: Sequence[str], before: int, after: int) 
         for index in range(max(0, turn.index - before), min(len(conv.turns), turn.index + after + 1)):
             if conv.turns[index].session == turn.session:
                 keep.add(index)
-    return [replace(turn_evidence(conv.turns[i]), timestamp=conv.turns[i].timestamp + timedelta(microseconds=i))
-            for i in sorted(keep)]
+    return [turn_evidence(conv.turns[i]) for i in sorted(keep)]
 
 
 def cached_rows(cfg, system: str, convs: Sequence[Conversation], data: Path) -> locomo.ResultCache | None:
