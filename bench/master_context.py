@@ -1,7 +1,7 @@
 """What the master reads, on LoCoMo's TRAIN split: engram's chosen evidence lines alone or with their
 neighbouring turns — the master replayed on the evidence ``bench.locomo`` cached, no assistant re-run.
 
-For the first ``--limit`` questions (categories 1-5, file order) of each train conversation that
+For the first ``--limit`` questions (of ``--categories``, file order) of each train conversation that
 ``bench.locomo --split train --system engram`` has answered (same config and code, so the same
 cache file), the master answers again from the turns its cached answer read
 (``evidence_turn_ids``), widened by each context setting:
@@ -18,7 +18,8 @@ questions' cached engram and direct_read scores are shown beside (``cached:<syst
 system's train answers are cached). Each conversation's questions go to the engine as one batch.
 
     loopback-only python -m bench.locomo --split train --system engram     # first, once (~2 h on 2 cores)
-    python -m bench.master_context --limit 40 --contexts product,0:0,1:0,1:1
+    python -m bench.master_context --limit 30 --contexts product,0:0,1:1
+    python -m bench.master_context --limit 20 --categories 4 --contexts 0:0,1:1
 
 The engine is the configured one (CPU profile: vLLM-CPU, SmolLM2-135M). The test split is never read.
 """
@@ -36,7 +37,7 @@ from tqdm import tqdm
 from actors.assistant import Evidence
 from actors.episodic import build_system, fit_evidence, prompt_budget, token_counter, turn_evidence
 from bench import locomo
-from bench.common import emit_json, setup_logging
+from bench.common import emit_json, parse_int_list, setup_logging
 from bench.locomo_data import Conversation, load_locomo, split
 from bench.locomo_report import fmt
 from bench.locomo_score import CATEGORIES
@@ -121,14 +122,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
     parser.add_argument("--data", type=Path, default=None, help="locomo10.json (default: data.locomo_path)")
     parser.add_argument("--contexts", default="product,0:0,1:0,1:1", help="comma list of product and B:A")
-    parser.add_argument("--limit", type=int, default=40, help="first N questions per train conversation")
+    parser.add_argument("--limit", type=int, default=40, help="first N selected questions per train conversation")
+    parser.add_argument("--categories", default="1,2,3,4,5",
+                        help="comma list of categories 1-5 (LoCoMo lists questions mostly by category: the first "
+                             "40 of a conversation are nearly all 1-3)")
     args = parser.parse_args(argv)
     try:
-        contexts = parse_contexts(args.contexts)
+        contexts, categories = parse_contexts(args.contexts), sorted(set(parse_int_list(args.categories)))
     except ValueError as exc:
-        parser.error(f"--contexts: {exc}")
-    if not contexts or args.limit < 1:
-        parser.error("--contexts must name a setting and --limit must be positive")
+        parser.error(str(exc))
+    if not contexts or args.limit < 1 or not categories or not set(categories) <= set(CATEGORIES):
+        parser.error("--contexts must name a setting, --limit must be positive, --categories within 1-5")
 
     setup_logging()
     cfg = load_config(args.profile)
@@ -138,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
     if caches["engram"] is None:
         sys.exit("no cached engram answers on the train split for this config and code: run "
                  "`python -m bench.locomo --split train --system engram` first")
-    picked = {c.sample_id: [(i, q, row) for i, q in locomo.select_questions(c, CATEGORIES, args.limit)
+    picked = {c.sample_id: [(i, q, row) for i, q in locomo.select_questions(c, categories, args.limit)
                             if (row := caches["engram"].answered(c.sample_id, i, q)) is not None] for c in convs}
     if not any(picked.values()):
         sys.exit("none of the selected train questions has a cached engram answer yet")
@@ -174,8 +178,8 @@ def main(argv: list[str] | None = None) -> dict:
                         out["same_as_cached"] = float(answer.text == row["prediction"])
                     scored[name].append(out)
             # NOTE: written after every conversation, so a run cut short still leaves its numbers
-            payload = report(convs[:done], picked, scored, caches, out_dir,
-                             limit=args.limit, engine={"backend": cfg.engine.backend, "model": cfg.engine.model})
+            payload = report(convs[:done], picked, scored, caches, out_dir, limit=args.limit, categories=categories,
+                             engine={"backend": cfg.engine.backend, "model": cfg.engine.model})
     finally:
         engine.close()
     print((out_dir / "results.md").read_text(), file=sys.stderr)
