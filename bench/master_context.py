@@ -3,11 +3,12 @@ neighbouring turns — the master replayed on the evidence ``bench.locomo`` cach
 
 For the first ``--limit`` questions (of ``--categories``, file order) of each train conversation that
 ``bench.locomo --split train --system engram`` has answered (same config and code, so the same
-cache file), the master answers again from the turns its cached answer read
-(``evidence_turn_ids``), widened by each context setting:
+cache file; ``--cache engram=PATH`` names another, e.g. one cached before a code change), the
+master answers again from the turns its cached answer read (``evidence_turn_ids``), widened by
+each context setting:
 
-- ``product`` — those lines exactly as the product hands them to the master: must reproduce the
-  cached answers; the share that does is reported as ``same_as_cached``;
+- ``product`` — those lines exactly as the product hands them to the master: reproduces the
+  cached answers when the cache is of this code; the share that does is ``same_as_cached``;
 - ``B:A`` — each line with the ``B`` turns before and ``A`` after it in its session (``0:0``: the
   lines alone), merged, cut to the model's window as the product does; the master orders them in
   dialogue order.
@@ -72,12 +73,27 @@ def widen(conv: Conversation, turn_ids: Sequence[str], before: int, after: int) 
     return [turn_evidence(conv.turns[i]) for i in sorted(keep)]
 
 
-def cached_rows(cfg, system: str, convs: Sequence[Conversation], data: Path) -> locomo.ResultCache | None:
-    """``bench.locomo``'s answers of ``system`` for this config and code, or None when it has none."""
-    digest = locomo.config_hash(cfg, system, data_digest=locomo.file_digest(data),
-                                code_digest=locomo.source_digest(build_system))
-    path = cfg.paths.cache_dir / "locomo" / f"{system}-{digest}.jsonl"
+def cached_rows(cfg, system: str, data: Path, path: Path | None = None) -> locomo.ResultCache | None:
+    """``bench.locomo``'s answers of ``system`` for this config and code (or in the cache file ``path``),
+    None when there are none."""
+    if path is None:
+        digest = locomo.config_hash(cfg, system, data_digest=locomo.file_digest(data),
+                                    code_digest=locomo.source_digest(build_system))
+        path = cfg.paths.cache_dir / "locomo" / f"{system}-{digest}.jsonl"
     return locomo.ResultCache(path) if path.is_file() else None
+
+
+def parse_cache_paths(items: Sequence[str]) -> dict[str, Path]:
+    """['engram=/a.jsonl'] -> {'engram': Path('/a.jsonl')}; systems among :data:`CACHED_SYSTEMS`, files must exist."""
+    out = {}
+    for item in items:
+        system, sep, path = item.partition("=")
+        if not sep or system not in CACHED_SYSTEMS:
+            raise ValueError(f"{item!r}: give SYSTEM=PATH with SYSTEM one of {', '.join(CACHED_SYSTEMS)}")
+        if not Path(path).is_file():
+            raise ValueError(f"{item!r}: no such file")
+        out[system] = Path(path)
+    return out
 
 
 def summarise(name: str, rows: Sequence[dict]) -> dict:
@@ -85,7 +101,7 @@ def summarise(name: str, rows: Sequence[dict]) -> dict:
     full = locomo.summarise(rows, split_name="train", system=name)
     same = [r["same_as_cached"] for r in rows if "same_as_cached" in r]
     return {"context": name, "questions": len(rows), "f1": full["f1"], "evidence_read": full["answer_evidence_recall"],
-            "master_tokens": full["tokens_per_question"]["master"],
+            "master_tokens": full["tokens_per_question"]["master"], "counts": full["counts"],
             "same_as_cached": sum(same) / len(same) if same else None}
 
 
@@ -126,9 +142,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--categories", default="1,2,3,4,5",
                         help="comma list of categories 1-5 (LoCoMo lists questions mostly by category: the first "
                              "40 of a conversation are nearly all 1-3)")
+    parser.add_argument("--cache", action="append", default=[], metavar="SYSTEM=PATH",
+                        help="replay (engram) or compare with (direct_read) this bench.locomo cache file instead of "
+                             "the one of this config and code, e.g. answers cached before a code change")
     args = parser.parse_args(argv)
     try:
         contexts, categories = parse_contexts(args.contexts), sorted(set(parse_int_list(args.categories)))
+        paths = parse_cache_paths(args.cache)
     except ValueError as exc:
         parser.error(str(exc))
     if not contexts or args.limit < 1 or not categories or not set(categories) <= set(CATEGORIES):
@@ -138,10 +158,10 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = load_config(args.profile)
     data = args.data or cfg.data.locomo_path
     convs = split(load_locomo(data), "train")
-    caches = {s: cached_rows(cfg, s, convs, data) for s in CACHED_SYSTEMS}
+    caches = {s: cached_rows(cfg, s, data, paths.get(s)) for s in CACHED_SYSTEMS}
     if caches["engram"] is None:
         sys.exit("no cached engram answers on the train split for this config and code: run "
-                 "`python -m bench.locomo --split train --system engram` first")
+                 "`python -m bench.locomo --split train --system engram` first (or name a cache with --cache)")
     picked = {c.sample_id: [(i, q, row) for i, q in locomo.select_questions(c, categories, args.limit)
                             if (row := caches["engram"].answered(c.sample_id, i, q)) is not None] for c in convs}
     if not any(picked.values()):

@@ -5,7 +5,7 @@ from datetime import datetime
 import pytest
 
 from bench.locomo_data import Conversation, Turn
-from bench.master_context import parse_contexts, widen
+from bench.master_context import parse_cache_paths, parse_contexts, widen
 from serve.master import dialogue_order
 
 
@@ -33,3 +33,13 @@ def test_widen_keeps_neighbours_inside_the_session_in_dialogue_order():
     assert [e.turn_id for e in widen(conv, ["D1:1", "D1:3"], 1, 0)] == ["D1:1", "D1:2", "D1:3"]
     assert sorted(wide, key=dialogue_order) == wide  # the master keeps that order
     assert wide[0].content == "[some date] Bob: line 1.8" and wide[0].timestamp == datetime(2023, 5, 8, 13, 56)
+
+
+def test_parse_cache_paths(tmp_path):
+    cache = tmp_path / "engram-old.jsonl"
+    cache.write_text("")
+    assert parse_cache_paths([f"engram={cache}"]) == {"engram": cache}
+    bad_items = (("rag=x", "SYSTEM=PATH"), ("engram", "SYSTEM=PATH"), (f"engram={tmp_path}/none", "no such file"))
+    for bad, match in bad_items:
+        with pytest.raises(ValueError, match=match):
+            parse_cache_paths([bad])
