@@ -155,6 +155,11 @@ def config_hash(cfg: EngramConfig, system: str, *, data_digest: str, code_digest
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:HASH_LENGTH]
 
 
+def cache_file(cfg: EngramConfig, system: str, digest: str) -> Path:
+    """Where ``system``'s answers for the settings hashed to ``digest`` (:func:`config_hash`) are cached."""
+    return cfg.paths.cache_dir / "locomo" / f"{system}-{digest}.jsonl"
+
+
 class ResultCache:
     """Append-only JSONL of ``question`` and ``ingest`` rows; the last row for a key wins."""
 
@@ -381,7 +386,7 @@ def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None,
     try:
         for name in systems:
             digest = config_hash(cfg, name, data_digest=data_digest, code_digest=code_digest)
-            cache = ResultCache(cfg.paths.cache_dir / "locomo" / f"{name}-{digest}.jsonl", resume=not args.no_resume)
+            cache = ResultCache(cache_file(cfg, name, digest), resume=not args.no_resume)
             run_system(name, convs, selection, cfg, factory, models, cache)
             rows = [score_row(cache.answered(c.sample_id, i, q)) for c in convs for i, q in selection[c.sample_id]]
             ingest = {c.sample_id: cache.ingests[c.sample_id]["seconds"] for c in convs if c.sample_id in cache.ingests}

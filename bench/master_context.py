@@ -79,7 +79,7 @@ def cached_rows(cfg, system: str, data: Path, path: Path | None = None) -> locom
     if path is None:
         digest = locomo.config_hash(cfg, system, data_digest=locomo.file_digest(data),
                                     code_digest=locomo.source_digest(build_system))
-        path = cfg.paths.cache_dir / "locomo" / f"{system}-{digest}.jsonl"
+        path = locomo.cache_file(cfg, system, digest)
     return locomo.ResultCache(path) if path.is_file() else None
 
 
@@ -180,9 +180,8 @@ def main(argv: list[str] | None = None) -> dict:
         for done, conv in enumerate(tqdm(convs, desc="conversations", file=sys.stderr), start=1):
             items = picked[conv.sample_id]
             for name in contexts:
-                if name == PRODUCT:
-                    by_id = conv.turn_map()
-                    evidence = [[turn_evidence(by_id[t]) for t in row["evidence_turn_ids"]] for _, _, row in items]
+                if name == PRODUCT:  # the cached lines as they are: they fitted the window when answered
+                    evidence = [widen(conv, row["evidence_turn_ids"], 0, 0) for _, _, row in items]
                 else:
                     before, after = map(int, name.split(":"))
                     evidence = [fit_evidence(widen(conv, row["evidence_turn_ids"], before, after), q.question,
