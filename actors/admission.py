@@ -35,7 +35,7 @@ from torch import nn
 from actors.segmenter import TurnLike, render_turn
 
 if TYPE_CHECKING:
-    from cluster.config import EngramConfig
+    from core.config import EngramConfig
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ def load_backbone(name_or_path: str, cache_dir: str | Path | None = None, device
     names are resolved and converted)."""
     from transformers import AutoModelForCausalLM
 
-    from cluster.smollm import resolve_model
+    from core.smollm import resolve_model
 
     path = resolve_model(name_or_path, cache_dir)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
@@ -236,7 +236,7 @@ def load_backbone(name_or_path: str, cache_dir: str | Path | None = None, device
 class AdmissionClassifier:
     """Loads backbone + trained projector/heads once; ``classify(chunks)`` decides a batch in one pass."""
 
-    def __init__(self, model: AdmissionModel, threshold: float = 0.5, max_batch: int = 64) -> None:
+    def __init__(self, model: AdmissionModel, threshold: float, max_batch: int = 64) -> None:
         self.model = model.eval()
         self.threshold = threshold
         self.max_batch = max_batch
@@ -249,11 +249,14 @@ class AdmissionClassifier:
         backbone_loader: Callable[[str], nn.Module] | None = None,
         device: str = "cpu",
         dtype: str = "float32",
+        *,
+        threshold: float,
     ) -> AdmissionClassifier:
         """Read ``<path>/admission.pt`` + ``admission.json`` (written by ``python -m cluster.train_admission``).
 
         ``backbone_loader(name)`` builds the backbone the settings name (default: :func:`load_backbone` in
-        ``dtype``; the projector and heads always run in float32).
+        ``dtype``; the projector and heads always run in float32). The trained threshold of the settings wins;
+        ``threshold`` (the config's ``admission.threshold``) is used when none is saved.
         """
         path = Path(path)
         require_weights(path)
@@ -266,15 +269,20 @@ class AdmissionClassifier:
         missing = [k for k in missing if not k.startswith("backbone.")]
         if missing or unexpected:
             raise ValueError(f"{weights}: checkpoint does not fit the model (missing {missing}, extra {unexpected})")
-        log.info("admission classifier loaded from %s (threshold %.3f)", path, settings["threshold"])
-        return cls(model.to(device), threshold=float(settings["threshold"]))
+        saved = settings.get("threshold")
+        chosen = float(threshold if saved is None else saved)
+        log.info("admission classifier loaded from %s (threshold %.3f, %s)", path, chosen,
+                 "configured" if saved is None else "trained")
+        return cls(model.to(device), threshold=chosen)
 
     @classmethod
     def from_config(cls, config: EngramConfig) -> AdmissionClassifier:
         """The trained classifier of ``config``: weights from :func:`weights_dir` of ``paths.cache_dir``,
-        on ``admission.device``, backbone in ``admission.dtype``."""
+        on ``admission.device``, backbone in ``admission.dtype``; ``admission.threshold`` when no trained
+        threshold is saved."""
         acfg = config.admission
-        return cls.load(weights_dir(config.paths.cache_dir), device=acfg.device, dtype=acfg.dtype)
+        return cls.load(weights_dir(config.paths.cache_dir), device=acfg.device, dtype=acfg.dtype,
+                        threshold=acfg.threshold)
 
     @torch.inference_mode()
     def p_add(self, chunks: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

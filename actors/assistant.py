@@ -28,14 +28,13 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, KeysView, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Literal, NamedTuple
 
 import numpy as np
 
 from actors.segmenter import Segment
-from serve.engine import GenerationEngine, GenerationRequest, TokenBill
+from core.evidence import Evidence
+from core.generation import GenerationEngine, GenerationRequest, TokenBill
 
 NONE = "none"
 EXTRACT_SYSTEM = "You find the lines of a conversation log that answer a question. You only reply with line numbers."
@@ -45,29 +44,12 @@ LIKELIHOOD_PROMPT = "{line}\nQuestion:"
 Method = Literal["likelihood", "choose"]
 
 
-@dataclass(frozen=True)
-class Evidence:
-    """One verbatim line: ``[date] speaker: text``, its turn id and time; ``score``: higher = more relevant
-    (comparable among one call's evidence for one question; 0 with the ``choose`` method)."""
-
-    turn_id: str
-    content: str
-    timestamp: datetime
-    segment_id: int
-    score: float = 0.0
-
-
 class SegmentQuery(NamedTuple):
     """One segment to re-read for one question; ``line_scores``: the router's cosine per line, or empty."""
 
     segment_id: int
     question: str
     line_scores: Sequence[float] = ()
-
-
-def by_score(evidence: Sequence[Evidence]) -> list[Evidence]:
-    """Best first; equal scores keep their order (the ``choose`` method's are all 0)."""
-    return sorted(evidence, key=lambda e: -e.score)
 
 
 def words(text: str) -> list[str]:

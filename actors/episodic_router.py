@@ -34,7 +34,7 @@ import numpy as np
 
 from actors.bm25 import BM25Index, SparseBM25Index, make_tokenizer
 from actors.segmenter import Segment
-from cluster.config import RouterConfig
+from core.config import RouterConfig
 
 __all__ = ["PATHS", "Activation", "Encoder", "EpisodicRouter", "chunk_text"]
 

@@ -1,5 +1,5 @@
 """The stateful cores as Ray actors: one line each, journaled (``actors/durable_cores.py``). Names, namespace,
-restarts, resources and the journal directory are given at creation by ``cluster.topology.Topology``."""
+restarts, resources and the journal directory are given at creation by ``serve.topology.Topology``."""
 
 import ray
 

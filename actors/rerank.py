@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from cluster.config import RerankConfig
+from core.config import RerankConfig
 
 
 class Reranker(Protocol):

@@ -4,7 +4,8 @@ A turn stream is cut into segments of at most ``max_tokens`` tokens. When a segm
 closes, its trailing turns whose tokens add up to at most ``overlap_ratio * max_tokens``
 (counted greedily from the end, stopping at the first turn that does not fit) are
 replayed at the start of the next segment. E-mem's reference: blocks of 4,096 tokens,
-overlap ratio 0.1 (≤ 409 tokens), whole turns ("chunk" mode). As in E-mem, only a
+overlap ratio 0.1 (≤ 409 tokens), whole turns ("chunk" mode); callers pass the config's
+``episodic.segment_tokens`` and ``episodic.overlap_ratio`` (no defaults here). As in E-mem, only a
 segment's own new turns are candidates for replay, never turns it replayed itself.
 
 Each turn is rendered ``[{date_time}] {speaker}: {text}`` and keeps its turn id.
@@ -37,8 +38,6 @@ from typing import NamedTuple, Protocol
 
 __all__ = [
     "CHARS_PER_TOKEN",
-    "DEFAULT_MAX_TOKENS",
-    "DEFAULT_OVERLAP_RATIO",
     "Segment",
     "Segmenter",
     "TurnLike",
@@ -47,8 +46,6 @@ __all__ = [
     "segment_turns",
 ]
 
-DEFAULT_MAX_TOKENS = 4096  # E-mem block size (tokens).
-DEFAULT_OVERLAP_RATIO = 0.1  # E-mem overlap_ratio: ~10% of a block replayed into the next.
 CHARS_PER_TOKEN = 4  # Rule-of-thumb characters per BPE token for English text.
 
 TokenCounter = Callable[[str], int]
@@ -62,7 +59,7 @@ class _Item(NamedTuple):
 
 
 class TurnLike(Protocol):
-    """What the segmenter reads from a turn (``bench.locomo_data.Turn`` fits)."""
+    """What the segmenter reads from a turn (``cluster.locomo_data.Turn`` fits)."""
 
     @property
     def turn_id(self) -> str: ...
@@ -147,8 +144,8 @@ class Segmenter:
 
     def __init__(
         self,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
-        overlap_ratio: float = DEFAULT_OVERLAP_RATIO,
+        max_tokens: int,
+        overlap_ratio: float,
         count_tokens: TokenCounter = estimate_tokens,
         *,
         allow_overflow: bool = False,
@@ -293,8 +290,8 @@ class Segmenter:
 
 def segment_turns(
     turns: Iterable[TurnLike],
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    overlap_ratio: float = DEFAULT_OVERLAP_RATIO,
+    max_tokens: int,
+    overlap_ratio: float,
     count_tokens: TokenCounter = estimate_tokens,
     *,
     allow_overflow: bool = False,

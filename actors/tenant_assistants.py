@@ -11,10 +11,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from actors.assistant import AssistantHost, Evidence, SegmentQuery
-from actors.episodic import summary_request
+from actors.assistant import AssistantHost, SegmentQuery
 from actors.segmenter import Segment
-from serve.engine import GenerationEngine, TokenBill
+from core.evidence import Evidence
+from core.generation import GenerationEngine, GenerationRequest, TokenBill
+
+SUMMARY_PROMPT = (
+    "Summarise this part of a conversation in one sentence that names the people, the events and the topics."
+)
+
+
+def summary_request(segment: Segment, max_tokens: int) -> GenerationRequest:
+    """The small model's request for a segment's one-line summary (the router's global path)."""
+    return GenerationRequest(messages=[{"role": "user", "content": f"{segment.text}\n\n{SUMMARY_PROMPT}"}],
+                             max_tokens=max_tokens)
 
 
 @dataclass

@@ -23,7 +23,7 @@ import numpy as np
 from actors.episodic_router import Activation, EpisodicRouter
 from actors.segmenter import Segment, Segmenter, estimate_tokens, render_turn
 from actors.tenant_export import SegmentState, StreamState, TurnVector
-from cluster.config import EngramConfig
+from core.config import EngramConfig
 
 
 @dataclass(frozen=True)

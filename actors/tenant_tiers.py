@@ -17,7 +17,7 @@ import numpy as np
 from actors.tenant_export import memory_item, memory_record
 from actors.tier import MemoryItem
 from actors.tiered_memory import Hit, TieredMemory
-from cluster.config import TierMemoryConfig
+from core.config import TierMemoryConfig
 
 
 class VectorsOnly:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from actors.hnsw_index import HnswIndex, VectorIndex
-from cluster.config import EvictionConfig, TierConfig
+from core.config import EvictionConfig, TierConfig
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from actors.entities import EntityExtractor, EntityVocab
 from actors.hnsw_index import HnswIndex
 from actors.rerank import Reranker
 from actors.tier import IndexFactory, ItemId, MemoryItem, TierShard
-from cluster.config import TierMemoryConfig
+from core.config import TierMemoryConfig
 
 
 class Encoder(Protocol):

@@ -41,10 +41,10 @@ from tqdm import tqdm
 from actors.admission import CONTENT_TYPES, AdmissionClassifier, ChunkStream, content_type_rule
 from actors.segmenter import render_turn
 from bench.common import emit_json, percentiles_ms, setup_logging
-from bench.locomo_data import load_locomo, split
-from cluster.config import REPO_ROOT, load_config
+from cluster.locomo_data import load_locomo, split
 from cluster.train_admission import evidence_labels, prf
-from serve.engine import ChatMessage, GenerationRequest
+from core.config import REPO_ROOT, load_config
+from core.generation import ChatMessage, GenerationRequest
 
 FREE_TOKENS = 4  # free generation: room for "ADD" / "NOOP" and a stop token
 SYSTEM_PROMPT = (

@@ -35,9 +35,9 @@ from tqdm import tqdm
 from actors.admission import AdmissionClassifier, ChunkStream, keyword_count
 from bench import locomo
 from bench.common import emit_json, parse_int_list, setup_logging
-from bench.locomo_data import SPLITS, Conversation, load_locomo, split
 from bench.locomo_score import CATEGORIES
-from cluster.config import load_config
+from cluster.locomo_data import SPLITS, Conversation, load_locomo, split
+from core.config import load_config
 
 POLICIES = ("store_all", "classifier", "random", "keyword")
 Keep = dict[str, set[str]]  # conversation id -> dia_ids stored
@@ -113,7 +113,7 @@ def markdown(out: dict) -> str:
 
 def main(argv: list[str] | None = None, *, factory: Callable | None = None,
          decide: Callable[[Sequence[Conversation], Any], Keep] | None = None) -> dict:
-    """``factory`` replaces ``actors.episodic.build_system`` and ``decide`` the classifier (tests)."""
+    """``factory`` replaces ``bench.systems.build_system`` and ``decide`` the classifier (tests)."""
     parser = argparse.ArgumentParser(prog="python -m bench.admission_downstream", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=None, help="locomo10.json (default: data.locomo_path)")
     parser.add_argument("--split", choices=SPLITS, default="test")
@@ -137,11 +137,11 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
     policies = budget_policies(convs, (decide or classifier_keep)(convs, cfg), args.seed)
     load_models = factory is None
     if factory is None:
-        from actors.episodic import build_system
+        from bench.systems import build_system
 
         factory = build_system
     models = locomo._Models(cfg, None, None, load=load_models)
-    data_digest, code_digest = locomo.file_digest(data), locomo.source_digest(factory)
+    data_digest, code_digest = locomo.file_digest(data), locomo.code_digest_of(factory, with_models=load_models)
     turns = sum(len(c.turns) for c in convs)
     results = []
     try:

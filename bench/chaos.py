@@ -37,8 +37,8 @@ import httpx
 import numpy as np
 
 from bench.common import admin_key, bearer, emit_json, setup_logging
-from bench.locomo_data import load_locomo
-from cluster.config import load_config
+from cluster.locomo_data import load_locomo
+from core.config import load_config
 
 log = logging.getLogger("bench.chaos")
 
@@ -147,7 +147,7 @@ def verify(url: str, acked: dict[str, set[str]], config: Any, api_key: str | Non
     assistant actor holds."""
     import ray
 
-    from cluster.topology import Topology
+    from serve.topology import Topology
 
     topo = Topology.connect(config)
     missing_tier = missing_episodes = missing_segments = found = 0
@@ -189,7 +189,7 @@ def run(url: str, config: Any, *, turns: int, kill_every: float, tenants: int, w
         ) -> dict[str, Any]:
     """The chaos run against a service already up at ``url`` whose config tree is ``config``; ``api_key`` is sent
     as a bearer token (an admin key, or one bound to the ``<prefix>-<n>`` users)."""
-    from cluster.topology import Topology
+    from serve.topology import Topology
 
     names = [f"{kind}-{i}" for kind, n in Topology.counts(config).items() for i in range(n)]
     killer = Killer(names, kill_every, config.cluster.namespace, node_kill=node_kill)

@@ -36,9 +36,9 @@ import httpx
 from tqdm import tqdm
 
 from bench.common import admin_key, bearer, emit_json, parse_int_list, percentiles_ms, setup_logging
-from bench.locomo_data import load_locomo
-from cluster.config import load_config
 from cluster.local_cluster import free_port
+from cluster.locomo_data import load_locomo
+from core.config import load_config
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -81,7 +81,7 @@ async def timed_requests(url: str, path: str, bodies: list[dict], concurrency: i
 def pool_tokens_per_s(concurrency: int, rounds: int) -> float:
     from ray import serve
 
-    from serve.engine import GenerationRequest
+    from core.generation import GenerationRequest
     from serve.pool import LLM_POOL
 
     handle = serve.get_deployment_handle(LLM_POOL, app_name="engram")

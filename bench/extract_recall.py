@@ -30,14 +30,14 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from actors.assistant import AssistantHost, Evidence, SegmentQuery, by_score
-from actors.episodic import dedupe_evidence
+from actors.assistant import AssistantHost, SegmentQuery
 from actors.episodic_router import EpisodicRouter, line_terms
 from actors.segmenter import segment_turns
 from bench.common import emit_json, parse_int_list, setup_logging
-from bench.locomo_data import load_locomo, split
 from bench.route_recall import CachedEncoder, token_counter
-from cluster.config import load_config
+from cluster.locomo_data import load_locomo, split
+from core.config import load_config
+from core.evidence import Evidence, by_score, dedupe_evidence
 from serve.embedder import Embedder
 
 CATEGORIES = (1, 2, 3, 4)

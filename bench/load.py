@@ -30,9 +30,9 @@ import httpx
 import numpy as np
 
 from bench.common import admin_key, bearer, emit_json, setup_logging
-from bench.locomo_data import load_locomo
-from cluster.config import load_config
 from cluster.local_cluster import free_port
+from cluster.locomo_data import load_locomo
+from core.config import load_config
 
 OPS = ("add", "search", "ask")
 

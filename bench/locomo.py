@@ -14,11 +14,10 @@ Resume: every answer is appended (and flushed) to
 ``<cache_dir>/locomo/<system>-<hash>.jsonl``; a rerun skips answered questions. Systems are
 in-memory, so a conversation with any unanswered question is ingested again from scratch; a
 fully answered one is not. The hash (:func:`config_hash`) covers the config tree, the engine
-config, the system and model names, the data file's bytes and the source of the factory's module
-and of the project modules it imports from (:func:`source_digest`); an edit deeper down that
-changes answers needs ``--no-resume``. Config sections no system reads (:data:`UNREAD_SECTIONS`)
-and the config module's source (its effect is the values) are left out, so edits there keep the
-cache.
+config, the system and model names, the data file's bytes and the source of the factory's module, of the
+engine and embedder modules, and of every project module those import, directly or not
+(:func:`source_digest`). Config sections no system reads (:data:`UNREAD_SECTIONS`) and the config tree's
+source (its effect is the values) are left out, so edits there keep the cache.
 
 Metrics (:func:`summarise`): official F1 per category, overall (micro) and without category 5;
 ``f1_emem`` the same with E-mem's scorer; ``evidence_recall`` = mean over questions of categories
@@ -35,7 +34,9 @@ their numbers were measured when they were answered.
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
+import importlib.util
 import inspect
 import json
 import math
@@ -48,25 +49,25 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.common import emit_json, parse_int_list, percentiles_ms, setup_logging
-from bench.locomo_data import SPLITS, Conversation, Question, Turn, load_locomo, split
 from bench.locomo_report import write_report
 from bench.locomo_score import CATEGORIES, aggregate, emem_f1, official_f1
-from cluster.config import REPO_ROOT, EngramConfig, load_config
-from serve.engine import TokenBill
+from cluster.locomo_data import SPLITS, Conversation, Question, Turn, load_locomo, split
+from core.config import REPO_ROOT, EngramConfig, load_config
+from core.generation import TokenBill
 
 SYSTEMS = ("engram", "rag", "full_context", "direct_read")
 RECALL_CATEGORIES = (1, 2, 3, 4)  # evidence recall leaves category 5 (adversarial) out
 HASH_LENGTH = 12
-PACKAGES = ("actors", "serve", "cluster", "bench", "tests")  # whose sources the cache key may cover
+PACKAGES = ("core", "actors", "serve", "cluster", "bench", "tests")  # whose sources the cache key may cover
 # Config sections no system of this harness reads (nor where outputs go): out of the key, so cached answers
 # survive edits there. NOTE: a system that starts reading one of them must take it out of this set.
-UNREAD_SECTIONS = frozenset({"paths", "profile", "data", "admission", "tiers", "cluster", "auth"})
+UNREAD_SECTIONS = frozenset({"paths", "profile", "data", "admission", "tiers", "auth"})
 # Project modules that act on answers only through values config_hash already covers (the config tree).
-VALUES_ONLY_MODULES = frozenset({"cluster/config.py"})
+VALUES_ONLY_PREFIXES = ("core/config/",)
 
 
 class AnswerLike(Protocol):
-    """What ``ask`` returns (``actors.episodic.Answer``); turn ids are LoCoMo ``dia_id`` strings."""
+    """What ``ask`` returns (``bench.systems.Answer``); turn ids are LoCoMo ``dia_id`` strings."""
 
     text: str
     evidence_turn_ids: list[str]  # turns the answer was built from
@@ -90,7 +91,7 @@ class QASystem(Protocol):
     def ask(self, question: str, *, category: int, adversarial: str | None = None) -> AnswerLike: ...
 
 
-# build_system(name, config, *, encoder, engine) -> QASystem, as actors.episodic.build_system.
+# build_system(name, config, *, encoder, engine) -> QASystem, as bench.systems.build_system.
 SystemFactory = Callable[..., QASystem]
 
 
@@ -106,32 +107,74 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _project_file(obj: Any) -> Path | None:
-    module = obj if inspect.ismodule(obj) else inspect.getmodule(obj)
-    path = getattr(module, "__file__", None)
-    if not path or not Path(path).is_file():
+def _module_file(name: str) -> Path | None:
+    """The source file of project module ``name`` (None outside the project's packages, or not a module)."""
+    if name.split(".")[0] not in PACKAGES:
         return None
-    path = Path(path).resolve()
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(spec, "origin", None)
+    if not origin or not origin.endswith(".py"):
+        return None
+    path = Path(origin).resolve()
     # NOTE: the virtualenv may live inside the repository: only the project's own packages count.
     return path if path.is_relative_to(REPO_ROOT) and path.relative_to(REPO_ROOT).parts[0] in PACKAGES else None
 
 
-def source_digest(obj: Any) -> str:
-    """sha256 over the project source files behind ``obj``: its module and the project modules that
-    module imports from directly (for ``actors.episodic.build_system``: the assistant and master
-    prompts, the router, the segmenter, the engine; not :data:`VALUES_ONLY_MODULES`, whose effect is the
-    config values). "" when ``obj`` has no project module."""
-    obj = inspect.unwrap(obj)
-    home = _project_file(obj)
-    if home is None:
+def _imports(path: Path) -> set[str]:
+    """Project modules that ``path`` imports (at the top or in a function): ``from a.b import c`` names ``a.b``
+    and, when it is a module, ``a.b.c``."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return {m for m in out if m.split(".")[0] in PACKAGES}
+
+
+def source_files(*objs: Any) -> list[Path]:
+    """The project source files behind ``objs`` (objects, or module names): their modules and every project
+    module those import, directly or not, except :data:`VALUES_ONLY_PREFIXES` (the config tree: its effect is
+    its values)."""
+    todo = [obj if isinstance(obj, str) else getattr(inspect.getmodule(inspect.unwrap(obj)), "__name__", "")
+            for obj in objs]
+    seen: set[str] = set()
+    files: set[Path] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = _module_file(name)
+        if path is None:
+            continue
+        if not str(path.relative_to(REPO_ROOT)).startswith(VALUES_ONLY_PREFIXES):
+            files.add(path)
+        todo.extend(_imports(path) - seen)
+    return sorted(files)
+
+
+def source_digest(*objs: Any) -> str:
+    """sha256 over :func:`source_files` of ``objs`` (for ``bench.systems.build_system`` and the engine: the
+    pipelines, the cores and their prompts, the router, the segmenter, the engine). "" when none is project
+    code."""
+    files = source_files(*objs)
+    if not files:
         return ""
-    module = inspect.getmodule(obj)
-    imported = (f for v in vars(module).values() if (f := _project_file(v)) is not None)
-    files = {home} | {f for f in imported if str(f.relative_to(REPO_ROOT)) not in VALUES_ONLY_MODULES}
     digest = hashlib.sha256()
-    for path in sorted(files):
+    for path in files:
         digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
+
+
+def code_digest_of(factory: Any, *, with_models: bool = True) -> str:
+    """:func:`source_digest` of a system factory, with the engine's and embedder's modules when the harness loads
+    the models (an injected factory brings its own)."""
+    return source_digest(factory, "serve.engine", "serve.embedder") if with_models else source_digest(factory)
 
 
 def engine_config(cfg: EngramConfig):
@@ -139,7 +182,7 @@ def engine_config(cfg: EngramConfig):
     found = getattr(cfg, "engine", None)
     if found is not None:
         return found
-    from serve.engine_config import EngineConfig
+    from core.config import EngineConfig
 
     return EngineConfig()
 
@@ -342,7 +385,7 @@ def run_system(name: str, convs: Sequence[Conversation], selection: dict[str, li
 
 def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None, encoder: Any = None,
          engine: Any = None) -> dict:
-    """Run the benchmark. ``factory`` replaces ``actors.episodic.build_system`` (tests pass a fake);
+    """Run the benchmark. ``factory`` replaces ``bench.systems.build_system`` (tests pass a fake);
     models are loaded (lazily) only when no factory is given: an injected one gets ``encoder``/``engine``."""
     parser = argparse.ArgumentParser(description="Episodic memory systems on LoCoMo (official F1).")
     parser.add_argument("--data", type=Path, default=None, help="locomo10.json (default: config data.locomo_path)")
@@ -376,11 +419,11 @@ def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None,
     selection = {c.sample_id: select_questions(c, categories, args.limit) for c in convs}
     load_models = factory is None  # NOTE: an injected factory runs with the encoder/engine given (or None)
     if factory is None:
-        from actors.episodic import build_system
+        from bench.systems import build_system
 
         factory = build_system
     models = _Models(cfg, encoder, engine, load=load_models)
-    data_digest, code_digest = file_digest(data), source_digest(factory)
+    data_digest, code_digest = file_digest(data), code_digest_of(factory, with_models=load_models)
 
     summaries, scored = [], {}
     try:

@@ -35,15 +35,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from actors.assistant import Evidence
-from actors.episodic import build_system, fit_evidence, prompt_budget, token_counter, turn_evidence
+from actors.master import Master
 from bench import locomo
 from bench.common import emit_json, parse_int_list, setup_logging
-from bench.locomo_data import Conversation, load_locomo, split
 from bench.locomo_report import fmt
 from bench.locomo_score import CATEGORIES
-from cluster.config import load_config
-from serve.master import Master
+from bench.systems import build_system, turn_evidence
+from cluster.locomo_data import Conversation, load_locomo, split
+from core.config import load_config
+from core.evidence import Evidence
 
 PRODUCT = "product"
 CACHED_SYSTEMS = ("engram", "direct_read")
@@ -78,7 +78,7 @@ def cached_rows(cfg, system: str, data: Path, path: Path | None = None) -> locom
     None when there are none."""
     if path is None:
         digest = locomo.config_hash(cfg, system, data_digest=locomo.file_digest(data),
-                                    code_digest=locomo.source_digest(build_system))
+                                    code_digest=locomo.code_digest_of(build_system))
         path = locomo.cache_file(cfg, system, digest)
     return locomo.ResultCache(path) if path.is_file() else None
 
@@ -171,8 +171,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     engine = build_engine(cfg.engine.model_copy(update={"cache_dir": str(cfg.paths.cache_dir)}))
     ep = cfg.episodic
-    master = Master(engine, max_tokens=ep.answer_max_tokens, not_mentioned=ep.not_mentioned)
-    count, budget = token_counter(engine), prompt_budget(engine.max_model_len, ep.answer_max_tokens)
+    master = Master(engine, ep)
     scored: dict[str, list[dict]] = {name: [] for name in contexts}
     out_dir = Path(cfg.paths.results_dir) / "master_context"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -184,9 +183,9 @@ def main(argv: list[str] | None = None) -> dict:
                     evidence = [widen(conv, row["evidence_turn_ids"], 0, 0) for _, _, row in items]
                 else:
                     before, after = map(int, name.split(":"))
-                    evidence = [fit_evidence(widen(conv, row["evidence_turn_ids"], before, after), q.question,
-                                             budget, count) for _, q, row in items]
-                answers = master.answer_batch([(q.question, ev, q.category, q.adversarial)
+                    evidence = [master.fit(widen(conv, row["evidence_turn_ids"], before, after), q.question)
+                                for _, q, row in items]
+                answers = master.respond_batch([(q.question, ev, q.category, q.adversarial)
                                                for (_, q, _), ev in zip(items, evidence, strict=True)])
                 for (_, _, row), answer in zip(items, answers, strict=True):
                     out = locomo.score_row({**row, "prediction": answer.text,

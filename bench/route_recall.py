@@ -37,10 +37,11 @@ from tqdm import tqdm
 
 from actors.episodic_router import EpisodicRouter
 from actors.segmenter import Segment, estimate_tokens, segment_turns
-from bench.common import embed_cached, emit_json, parse_int_list, setup_logging
-from bench.locomo_data import Conversation, Question, load_locomo, split
-from cluster.config import RouterConfig, load_config
-from cluster.smollm import converted_dir
+from bench.common import emit_json, parse_int_list, setup_logging
+from cluster.embedding_cache import embed_cached
+from cluster.locomo_data import Conversation, Question, load_locomo, split
+from core.config import RouterConfig, load_config
+from core.smollm import converted_dir
 from serve.embedder import Embedder
 
 CATEGORIES = (1, 2, 3, 4)

@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     crds = args.crds
     if crds is None:
-        from cluster.config import load_config
+        from core.config import load_config
 
         crds = load_config().data.kuberay_crds_path
     if not Path(crds).is_dir():

@@ -44,7 +44,8 @@ from actors.admission import (
     pad_chunks,
     weights_dir,
 )
-from cluster.config import AdmissionConfig, EngramConfig, load_config
+from cluster.embedding_cache import embed_cached
+from core.config import AdmissionConfig, EngramConfig, load_config
 
 log = logging.getLogger(__name__)
 LABEL_SOURCE = (
@@ -216,8 +217,7 @@ def save(out_dir: Path, model: AdmissionModel, result: FitResult, settings: dict
 def run(cfg: EngramConfig, *, limit: int | None = None, progress: bool = True) -> dict[str, Any]:
     """Embed the train split, train, save to ``<cache_dir>/admission``; returns the saved settings."""
     from actors.segmenter import render_turn
-    from bench.common import embed_cached
-    from bench.locomo_data import load_locomo, split
+    from cluster.locomo_data import load_locomo, split
     from serve.embedder import Embedder
 
     acfg = cfg.admission

@@ -6,7 +6,7 @@ once here and handed to every deployment as plain data.
 
 Deployments: ``MemoryAPI`` (FastAPI ingress) -> ``Embedder``, ``Admission`` (when
 ``admission.mode == 'classifier'``), ``Master`` -> ``LLMPool``; the stateful actors (tier shards,
-routers, assistants) are created by the ingress on first use (``cluster.topology``) and call
+routers, assistants) are created by the ingress on first use (``serve.topology``) and call
 ``LLMPool`` too.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 from ray import serve
 from ray.serve import Application
 
-from cluster.config import EngramConfig, load_config
+from core.config import EngramConfig, load_config
 from serve.args import AppArgs, DeploymentArgs
 from serve.deployments import AdmissionService, EmbedderService, MasterService
 from serve.ingress import MemoryAPI, app
@@ -39,7 +39,7 @@ def check_ready(config: EngramConfig) -> None:
 
         require_weights(weights_dir(config.paths.cache_dir), " or set admission.mode: store_all")
     if config.auth.required:
-        from cluster.auth import KeyStore
+        from serve.auth import KeyStore
 
         keys = config.auth.keys_file
         if not KeyStore(keys).list():  # a corrupt file raises KeyFileError, naming it

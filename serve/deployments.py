@@ -11,10 +11,9 @@ import numpy as np
 from ray import serve
 
 from actors.admission import Decision
-from actors.assistant import Evidence
-from actors.episodic import fit_evidence, prompt_budget
-from cluster.config import EngramConfig
-from serve.master import Master, MasterAnswer
+from actors.master import Master, MasterAnswer
+from core.config import EngramConfig
+from core.evidence import Evidence
 from serve.pool import PoolEngine, TokenizerCounter, use_cores
 
 
@@ -68,21 +67,15 @@ class AdmissionService:
 
 
 class MasterService:
-    """Answers from gathered evidence with the pool model, cut to the model's window."""
+    """The master core (``actors.master.Master``) on the pool model: merges, cuts to the window, answers."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         cfg = EngramConfig.model_validate(config)
-        ep = cfg.episodic
         engine = PoolEngine.for_config(cfg.engine, serve.get_replica_context().app_name)
-        self.master = Master(engine, max_tokens=ep.answer_max_tokens, not_mentioned=ep.not_mentioned)
-        self.budget = prompt_budget(engine.max_model_len, ep.answer_max_tokens)
-        self.count = TokenizerCounter(cfg.engine)
-        self.count("warm up")  # NOTE: load the tokenizer now, not under the first requests
-        self.max_evidence = ep.master_evidence
+        count = TokenizerCounter(cfg.engine)
+        count("warm up")  # NOTE: load the tokenizer now, not under the first requests
+        self.master = Master(engine, cfg.episodic, count)
 
-    async def answer(self, question: str, evidence: Sequence[Evidence], category: int | None = None) -> MasterAnswer:
-        return await asyncio.to_thread(self._answer, question, list(evidence), category)
-
-    def _answer(self, question: str, evidence: list[Evidence], category: int | None) -> MasterAnswer:
-        kept = fit_evidence(evidence[: self.max_evidence], question, self.budget, self.count)
-        return self.master.answer(question, kept, category)
+    async def answer(self, question: str, evidence: Sequence[Evidence], category: int | None = None,
+                     adversarial: str | None = None) -> MasterAnswer:
+        return await asyncio.to_thread(self.master.answer, question, list(evidence), category, adversarial)

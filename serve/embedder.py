@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cluster.config import EmbedderConfig
+from core.config import EmbedderConfig
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,9 @@ import argparse
 import json
 import time
 
-from serve.engine import GenerationRequest, TokenBill, build_engine
-from serve.engine_config import EngineConfig
+from core.config import EngineConfig
+from core.generation import GenerationRequest, TokenBill
+from serve.engine import build_engine
 
 TOPICS = ["fruits", "animals", "countries", "colors", "sports", "tools", "rivers", "musical instruments"]
 

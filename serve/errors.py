@@ -1,7 +1,7 @@
 """Every error leaves the API as ``{"error": {"message", "type", "param", "code"}}`` (ErrorBody).
 
 :func:`install_error_handlers` maps, in one place: request-validation errors -> 422, the service's
-:class:`~cluster.errors.EngramError` tree -> its own status, HTTP errors (unknown route, wrong method)
+:class:`~core.errors.EngramError` tree -> its own status, HTTP errors (unknown route, wrong method)
 -> their status, and anything unexpected -> 500 without internals in the message. A 401 carries
 ``WWW-Authenticate: Bearer`` (RFC 6750), telling the client which credentials the API takes.
 """
@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from cluster.errors import EngramError
+from core.errors import EngramError
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,9 @@ from typing import Any
 
 from ray import serve
 
-from serve.engine import GenerationRequest, GenerationResult, build_engine
-from serve.engine_config import EngineConfig
+from core.config import EngineConfig
+from core.generation import GenerationRequest, GenerationResult
+from serve.engine import build_engine
 
 LLM_POOL = "LLMPool"
 _LOAD_LOCK = threading.Lock()
@@ -138,7 +139,7 @@ class TokenizerCounter:
     def _load(self) -> Any:
         from transformers import AutoTokenizer
 
-        from cluster.smollm import resolve_model
+        from core.smollm import resolve_model
 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.model, self.cache_dir))
         return functools.lru_cache(maxsize=1 << 16)(lambda t: len(tokenizer(t, add_special_tokens=False).input_ids))

@@ -14,7 +14,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 @pytest.fixture(scope="session")
 def minilm():
     """The real all-MiniLM-L6-v2 embedder from its PyPI package, loaded once per test session."""
-    from cluster.config import EmbedderConfig
+    from core.config import EmbedderConfig
     from serve.embedder import Embedder
 
     return Embedder(EmbedderConfig())

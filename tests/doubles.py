@@ -64,7 +64,7 @@ class ScriptedEngine:
         return "a short answer"
 
     def generate(self, requests):
-        from serve.engine import GenerationResult
+        from core.generation import GenerationResult
 
         self.batches.append(list(requests))
         out = []

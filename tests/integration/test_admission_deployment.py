@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from actors.admission import SETTINGS_FILE, WEIGHTS_FILE, AdmissionClassifier, AdmissionModel, load_backbone
-from cluster.config import load_config
-from cluster.smollm import PACKAGED_SMOLLM2, resolve_model
+from core.config import load_config
+from core.smollm import PACKAGED_SMOLLM2, resolve_model
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_deployment_decides_like_the_in_process_classifier(serve_url, checkpoint
         chunks = [rng.normal(size=(n, 384)).astype(np.float32) for n in (1, 3, 5, 2)]
         chunks = [c / np.linalg.norm(c, axis=1, keepdims=True) for c in chunks]
         served = handle.classify.remote(chunks).result()
-        local = AdmissionClassifier.load(checkpoint / "admission").classify(chunks)
+        local = AdmissionClassifier.load(checkpoint / "admission", threshold=0.5).classify(chunks)
         assert [d.op for d in served] == [d.op for d in local]
         assert [d.content_type for d in served] == [d.content_type for d in local]
         np.testing.assert_allclose([d.p_add for d in served], [d.p_add for d in local], atol=1e-5)

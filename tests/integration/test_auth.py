@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from cluster.auth import KeyStore
+from serve.auth import KeyStore
 from tests.integration.conftest import ADMIN_KEY, KEYS_FILE, auth_headers
 
 A, B = "auth-a", "auth-b"

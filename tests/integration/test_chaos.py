@@ -8,7 +8,7 @@ must then be in its user's tier memory and episodic stream, and every closed seg
 from __future__ import annotations
 
 from bench import chaos
-from cluster.config import load_config
+from core.config import load_config
 from tests.integration.conftest import ADMIN_KEY, service_args
 
 

@@ -9,8 +9,8 @@ import sys
 import httpx
 import pytest
 
-from bench.locomo_data import load_locomo
-from cluster.config import load_config
+from cluster.locomo_data import load_locomo
+from core.config import load_config
 from tests.integration.conftest import ADMIN_KEY, NAMESPACE, auth_headers, service_args
 
 USER = "conv-26"
@@ -157,8 +157,8 @@ def test_a_new_driver_reattaches_to_the_named_actors(ingested, ray_cluster):
     overrides = json.dumps(service_args()["config"])
     code = (
         "import json, ray\n"
-        "from cluster.config import load_config\n"
-        "from cluster.topology import Topology\n"
+        "from core.config import load_config\n"
+        "from serve.topology import Topology\n"
         f"ray.init(address='{ray_cluster.address}', namespace='elsewhere', log_to_driver=False)\n"
         f"topo = Topology.connect(load_config('cpu', json.loads({overrides!r})))\n"
         f"items, total = ray.get(topo.tier_for('{USER}').list.remote('{USER}', 0, 1000))\n"

@@ -13,8 +13,8 @@ import httpx
 import pytest
 import ray
 
-from cluster.config import load_config
-from cluster.topology import Topology
+from core.config import load_config
+from serve.topology import Topology
 from tests.integration.conftest import ADMIN_KEY, alive_nodes, auth_headers, service_args
 
 TENANTS = [f"tenant-{i}" for i in range(8)]

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.smollm import PACKAGED_SMOLLM2, resolve_model
+from core.config import EngineConfig
+from core.smollm import PACKAGED_SMOLLM2, resolve_model
 from serve.engine import TransformersEngine, VLLMEngine
-from serve.engine_config import EngineConfig
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from actors.admission import AdmissionClassifier, AdmissionModel, ChunkStream, load_backbone, pad_chunks
-from cluster.smollm import PACKAGED_SMOLLM2
+from core.smollm import PACKAGED_SMOLLM2
 
 pytestmark = pytest.mark.model
 
@@ -56,7 +56,8 @@ def test_classifier_decides_the_same_alone_and_in_a_batch(backbone, minilm):
     chunks = ChunkStream(minilm, max_turns=5).push([Turn("c", f"D1:{i}", s, t) for i, (s, t) in enumerate(TEXTS)])
     assert [len(c) for c in chunks] == [1, 2, 3, 4, 5, 5]
     assert pad_chunks(chunks)[0].shape == (6, 5, 384)
-    clf = AdmissionClassifier(model, threshold=float(np.median(AdmissionClassifier(model).p_add(chunks)[0])))
+    median = float(np.median(AdmissionClassifier(model, threshold=0.5).p_add(chunks)[0]))
+    clf = AdmissionClassifier(model, threshold=median)
     batch_p, _ = clf.p_add(chunks)
     batch = clf.classify(chunks)
     for i, chunk in enumerate(chunks):

@@ -5,10 +5,12 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from actors.assistant import AssistantHost, Evidence
+from actors.assistant import AssistantHost
+from actors.master import Master
 from actors.segmenter import segment_turns
-from serve.engine import GenerationRequest
-from serve.master import Master
+from core.config import EpisodicConfig
+from core.evidence import Evidence
+from core.generation import GenerationRequest
 
 pytestmark = pytest.mark.model
 
@@ -64,7 +66,7 @@ def check(engine, method):
     if method == "likelihood":  # the pottery line is the best evidence for the pottery question
         evidence = found[pairs.index((segments[0].id, QUESTIONS[0]))]
         assert "pottery" in max(evidence, key=lambda e: e.score).content
-    master = Master(engine)
+    master = Master(engine, EpisodicConfig())
     seg = segments[0]
     every = [Evidence(t, line, ts, seg.id) for t, line, ts in zip(seg.turn_ids, seg.lines, seg.timestamps, strict=True)]
     answers = master.answer_batch([(q, every, 2, None) for q in QUESTIONS[:2]])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cluster.smollm import MARKER, PACKAGED_SMOLLM2, convert, converted_dir, is_converted, resolve_model
+from core.smollm import MARKER, PACKAGED_SMOLLM2, convert, converted_dir, is_converted, resolve_model
 
 pytestmark = pytest.mark.model
 

@@ -6,7 +6,7 @@ import pytest
 
 from actors.rerank import build_reranker
 from actors.tiered_memory import TieredMemory
-from cluster.config import RerankConfig, TierConfig, TierMemoryConfig
+from core.config import RerankConfig, TierConfig, TierMemoryConfig
 
 pytestmark = pytest.mark.model
 

@@ -17,8 +17,8 @@ import pytest
 from actors.bm25 import tokenize
 from actors.episodic_router import EpisodicRouter
 from actors.segmenter import Segment
-from bench.locomo_data import parse_session_datetime
-from cluster.config import RouterConfig
+from cluster.locomo_data import parse_session_datetime
+from core.config import RouterConfig
 
 pytestmark = pytest.mark.model
 

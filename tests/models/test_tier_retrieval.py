@@ -2,10 +2,10 @@
 
 import pytest
 
-from actors.modes import mode_config
 from actors.tiered_memory import TieredMemory
+from bench.modes import mode_config
 from bench.synthetic import generate_facts
-from cluster.config import TierConfig, load_config
+from core.config import TierConfig, load_config
 
 pytestmark = pytest.mark.model
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from serve.engine import GenerationEngine, GenerationRequest, TokenBill, render_prompt
+from core.generation import GenerationEngine, GenerationRequest, TokenBill
+from serve.engine import render_prompt
 
 pytestmark = pytest.mark.model
 

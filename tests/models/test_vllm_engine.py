@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from serve.engine import GenerationEngine, GenerationRequest, TokenBill, render_prompt
+from core.generation import GenerationEngine, GenerationRequest, TokenBill
+from serve.engine import render_prompt
 
 pytestmark = pytest.mark.model
 

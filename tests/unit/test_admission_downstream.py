@@ -7,8 +7,8 @@ import json
 import pytest
 
 from bench import admission_downstream as ad
-from bench.locomo_data import load_locomo
-from serve.engine import TokenBill
+from cluster.locomo_data import load_locomo
+from core.generation import TokenBill
 from tests.unit.test_locomo_harness import CONV_A, CONV_B, FakeAnswer, _sample
 
 
@@ -92,7 +92,7 @@ def test_random_is_seeded_and_keyword_prefers_memory_words():
 
 
 def load_locomo_sample():
-    from bench.locomo_data import Conversation, Turn
+    from cluster.locomo_data import Conversation, Turn
 
     texts = ["ok", "I love my new job and I feel happy", "hm"]
     from datetime import datetime

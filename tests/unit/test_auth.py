@@ -1,4 +1,4 @@
-"""API keys (cluster/auth.py): what the keys file holds, who may do what, and that changes reach a loaded store."""
+"""API keys (serve/auth.py): what the keys file holds, who may do what, and that changes reach a loaded store."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
-from cluster.auth import KeyFileError, KeyStore, sha256_hex
-from cluster.errors import ForbiddenError, UnauthorizedError
+from core.errors import ForbiddenError, UnauthorizedError
+from serve.auth import KeyFileError, KeyStore, sha256_hex
 
 
 @pytest.fixture
@@ -128,13 +128,14 @@ class SearchBody(BaseModel):
 
 def _mini_app(keys: KeyStore | None):
     """A FastAPI app whose routes check keys like MemoryAPI's endpoints: the ingress's ``API_KEY`` dependency
-    (authentication, before the body is validated), its ``_authorize`` check and its error handlers — on a
+    (authentication, before the body is validated), its ``authorize`` check and its error handlers — on a
     plain app, since MemoryAPI itself needs a Serve replica."""
     from fastapi import FastAPI, Security
     from fastapi.testclient import TestClient
 
     from serve.errors import install_error_handlers
-    from serve.ingress import API_KEY, ApiKeyCheck, MemoryAPI
+    from serve.ingress import authorize
+    from serve.middleware import API_KEY, ApiKeyCheck
 
     ApiKeyCheck.store = keys
     app = FastAPI()
@@ -142,17 +143,17 @@ def _mini_app(keys: KeyStore | None):
 
     @app.delete("/v1/users/{user_id}")
     def delete_user(user_id: str, key=Security(API_KEY)) -> dict:
-        MemoryAPI._authorize(key, user_id, admin=True)
+        authorize(key, user_id, admin=True)
         return {"deleted": user_id}
 
     @app.get("/v1/memories")
     def memories(user_id: str, key=Security(API_KEY)) -> dict:
-        MemoryAPI._authorize(key, user_id)
+        authorize(key, user_id)
         return {"user_id": user_id}
 
     @app.post("/v1/search")
     def search(body: SearchBody, key=Security(API_KEY)) -> dict:
-        MemoryAPI._authorize(key, body.user_id)
+        authorize(key, body.user_id)
         return {"user_id": body.user_id}
 
     return TestClient(app)
@@ -195,7 +196,7 @@ def test_the_ingress_check_is_off_when_auth_is_not_required() -> None:
 
 
 def test_the_service_refuses_to_start_without_a_key_unless_auth_is_off(tmp_path, monkeypatch) -> None:
-    from cluster.config import load_config
+    from core.config import load_config
     from serve.app import check_ready
 
     for var in ("ENGRAM_AUTH__KEYS_FILE", "ENGRAM_AUTH__REQUIRED", "ENGRAM_ADMISSION__MODE"):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from actors.bm25 import RankBM25Index, SparseBM25Index, make_tokenizer, tokenize
-from cluster.config import RouterConfig
+from core.config import RouterConfig
 
 CORPUS = [
     "[8 May, 2023] Caroline: I went to the LGBTQ support group yesterday.",

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from cluster import cli
-from cluster.auth import KeyStore
+from serve.auth import KeyStore
 from serve.schemas import AskResponse
 from tests.fake_engram import FakeEngram
 
@@ -82,7 +82,7 @@ def test_jsonl_all_good_exits_0_with_summary(fake, tmp_path, capsys) -> None:
 
 
 def _locomo_path() -> Path:
-    from cluster.config import load_config
+    from core.config import load_config
 
     try:
         return load_config().data.locomo_path
@@ -94,7 +94,7 @@ def test_locomo_ingest_posts_every_turn_in_order(fake, capsys) -> None:
     path = _locomo_path()
     if not path.is_file():
         pytest.skip(f"LoCoMo not found at {path}")
-    from bench.locomo_data import load_locomo
+    from cluster.locomo_data import load_locomo
 
     conv = next(c for c in load_locomo(path) if c.sample_id == "conv-30")
 

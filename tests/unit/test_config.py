@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from cluster.config import EngramConfig, RerankConfig, TierConfig, load_config
+from core.config import EngramConfig, RerankConfig, TierConfig, load_config
 
 
 def test_cpu_profile_loads_with_packaged_embedder():

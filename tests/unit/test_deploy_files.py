@@ -18,7 +18,7 @@ import ray
 import yaml
 
 from cluster import deploy_check as dc
-from cluster.config import REPO_ROOT, load_config
+from core.config import REPO_ROOT, load_config
 from serve.args import AppArgs
 
 K8S = REPO_ROOT / "k8s"

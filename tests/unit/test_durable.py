@@ -12,7 +12,7 @@ import pytest
 from actors.durable_cores import DurableAssistants, DurableEpisodes, DurableTiers
 from actors.journal import HEADER, Journal
 from actors.tenant_episodes import TenantEpisodes, TurnRecord
-from cluster.config import load_config
+from core.config import load_config
 from tests.doubles import HashingEncoder, ScriptedEngine
 
 DIM = 32

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-import cluster.smollm as smollm
-from serve.engine import GenerationRequest, GenerationResult, TokenBill, cpu_ranges, vllm_env
-from serve.engine_config import EngineConfig
+import core.smollm as smollm
+from core.config import EngineConfig
+from core.generation import GenerationRequest, GenerationResult, TokenBill
+from serve.engine import cpu_ranges, vllm_env
 
 
 def test_request_needs_one_input_and_at_most_one_constraint() -> None:

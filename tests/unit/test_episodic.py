@@ -5,11 +5,12 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from actors.assistant import AssistantHost, Evidence, SegmentQuery, by_score, line_regex
-from actors.episodic import build_system
+from actors.assistant import AssistantHost, SegmentQuery, line_regex
+from actors.master import Master, clean_answer, format_date
 from actors.segmenter import segment_turns
-from cluster.config import EngramConfig
-from serve.master import Master, clean_answer, format_date
+from bench.systems import TENANT, build_system
+from core.config import EngramConfig, EpisodicConfig
+from core.evidence import Evidence, by_score
 from tests.doubles import HashingEncoder, ScriptedEngine
 
 
@@ -18,6 +19,7 @@ class T:
 
     def __init__(self, i, speaker, text):
         self.turn_id, self.speaker, self.text = f"D1:{i}", speaker, text
+        self.dia_id, self.session = self.turn_id, 1 + i // 20
         self.timestamp = datetime(2023, 5, 7, 13, 0) + timedelta(days=i)
         ts = self.timestamp
         self.date_time = f"{ts:%-I:%M %p} on {ts.day} {ts:%B}, {ts.year}"
@@ -62,7 +64,7 @@ def test_assistant_batches_all_pairs_in_one_engine_call():
 
 
 def test_assistant_with_scored_choices_takes_lines_ranked_above_none():
-    from serve.engine import GenerationResult
+    from core.generation import GenerationResult
 
     class ChoiceEngine(ScriptedEngine):
         supports_regex = False
@@ -82,7 +84,7 @@ def test_assistant_with_scored_choices_takes_lines_ranked_above_none():
 
 def test_master_orders_evidence_by_time_and_cleans_the_answer():
     engine = ScriptedEngine(lambda r: "Answer: Ann: a pottery class.\nmore")
-    master = Master(engine)
+    master = Master(engine, EpisodicConfig())
     late = Evidence("D1:9", "[late] Ann: x", datetime(2023, 6, 1), 0)
     early = Evidence("D1:2", "[early] Bob: y", datetime(2023, 5, 1), 0)
     ans = master.answer("What class?", [late, early], category=4)
@@ -96,19 +98,19 @@ def test_master_keeps_dialogue_order_among_turns_of_one_time():
     engine = ScriptedEngine(lambda r: "x")
     when = datetime(2023, 5, 1)
     ids = ["D2:1", "D1:10", "D1:9", "D1:2", "t11", "t2"]
-    ans = Master(engine).answer("q?", [Evidence(t, t, when, 0) for t in ids], category=4)
+    ans = Master(engine, EpisodicConfig()).answer("q?", [Evidence(t, t, when, 0) for t in ids], category=4)
     assert [e.turn_id for e in ans.evidence] == ["D1:2", "D1:9", "D1:10", "D2:1", "t2", "t11"]
 
 
 def test_master_temporal_answer_is_the_chosen_lines_date():
-    master = Master(ScriptedEngine(lambda r: r.choice[-1]))
+    master = Master(ScriptedEngine(lambda r: r.choice[-1]), EpisodicConfig())
     ev = [Evidence("D1:1", "a", datetime(2023, 5, 7), 0), Evidence("D1:2", "b", datetime(2023, 7, 15), 0)]
     assert master.answer("When did it happen?", ev, category=2).text == "15 July 2023"
 
 
 def test_master_adversarial_is_a_choice_and_no_evidence_means_not_mentioned():
     engine = ScriptedEngine(lambda r: r.choice[1])
-    master = Master(engine)
+    master = Master(engine, EpisodicConfig())
     ev = [Evidence("D1:1", "a", datetime(2023, 5, 7), 0)]
     assert master.answer("Did Bob adopt?", ev, category=5, adversarial="a dog").text.startswith("Not mentioned")
     assert engine.batches[0][0].choice == ["a dog", "Not mentioned in the conversation"]
@@ -126,6 +128,7 @@ def test_format_and_clean():
 def config():
     cfg = EngramConfig()
     cfg.episodic.segment_tokens = 120
+    cfg.router.chunking = "turn"  # as every profile sets it: the service's router indexes turn lines
     return cfg
 
 
@@ -143,12 +146,15 @@ def test_every_system_answers_with_evidence_and_bills(config, name):
     assert (ans.segments > 0) == (name in ("engram", "direct_read"))
 
 
-def test_engram_summarises_every_segment_for_the_router(config):
+def test_engram_summarises_every_closed_segment_for_the_router(config):
     engine = ScriptedEngine(lambda r: "summary of a part")
     system = build_system("engram", config, encoder=HashingEncoder(), engine=engine)
     system.ingest(TURNS)
-    assert len(system.segments) > 3 and all(s.summary == "summary of a part" for s in system.segments)
-    assert len(engine.batches) == 1  # one batch for all summaries
+    held = system.shards.cores["assistants"].segments(TENANT)
+    assert len(held) > 3 and all(s.summary == "summary of a part" for s in held)
+    # the service's batches: at most cluster.summary_batch segments per engine call
+    assert len(engine.batches) == -(-len(held) // config.cluster.summary_batch)
+    assert all(len(b) <= config.cluster.summary_batch for b in engine.batches)
 
 
 def test_rag_finds_the_turn_with_the_exact_number(config):
@@ -240,7 +246,7 @@ def test_host_snapshots_from_before_the_extraction_settings_load_with_the_defaul
 
 
 def test_scored_request_takes_no_constraint():
-    from serve.engine import GenerationRequest
+    from core.generation import GenerationRequest
 
     with pytest.raises(ValueError, match="no output constraint"):
         GenerationRequest(prompt="a", continuation=" b", choice=["x"])

@@ -11,7 +11,7 @@ import pytest
 from actors.bm25 import RankBM25Index
 from actors.episodic_router import EpisodicRouter, chunk_text
 from actors.segmenter import Segment
-from cluster.config import RouterConfig
+from core.config import RouterConfig
 from tests.doubles import HashingEncoder
 
 T0 = datetime(2023, 5, 8, 13, 56)

@@ -2,7 +2,7 @@ import numpy as np
 
 from actors.hnsw_index import ExactIndex
 from actors.tier import MemoryItem, TierShard, eviction_scores
-from cluster.config import EvictionConfig, TierConfig
+from core.config import EvictionConfig, TierConfig
 from tests.doubles import unit_vectors
 
 

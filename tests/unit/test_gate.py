@@ -3,9 +3,9 @@
 import pytest
 
 from actors.hnsw_index import ExactIndex
-from actors.modes import mode_config, parse_mode
 from actors.tiered_memory import TieredMemory
-from cluster.config import EvictionConfig, GateConfig, TierConfig, TierMemoryConfig
+from bench.modes import mode_config, parse_mode
+from core.config import EvictionConfig, GateConfig, TierConfig, TierMemoryConfig
 from tests.doubles import HashingEncoder
 
 OLD = "ENTRY 1: Data-Lake in Region-3 logged Kernel Panic at Subsystem-1. Hex: 0x0001."

@@ -9,8 +9,8 @@ from fastapi.exceptions import RequestValidationError
 
 from actors.admission import ChunkStream
 from actors.tenant_episodes import TurnRecord
+from actors.write_path import admission_chunks, format_date_time
 from serve.errors import validation_message
-from serve.ingress import admission_chunks, format_date_time
 from tests.doubles import HashingEncoder
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.locomo_data import (
+from cluster.locomo_data import (
     TEST_IDS,
     TRAIN_IDS,
     Turn,
@@ -25,7 +25,7 @@ def _locomo_path() -> Path:
     env = os.environ.get("ENGRAM_DATA__LOCOMO_PATH")
     if env:
         return Path(env)
-    from cluster.config import DataConfig, load_config
+    from core.config import DataConfig, load_config
 
     try:
         return load_config().data.locomo_path

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from bench import locomo
-from bench.locomo_data import load_locomo
-from cluster.config import load_config
-from serve.engine import TokenBill
+from cluster.locomo_data import load_locomo
+from core.config import load_config
+from core.generation import TokenBill
 
 # (question, answer, category, evidence); category 5 items carry an adversarial answer instead.
 CONV_A = [
@@ -244,9 +244,21 @@ def test_source_digest_covers_project_modules_only():
     assert locomo.source_digest(len) == ""  # no project source behind a builtin
 
 
-def test_source_digest_leaves_the_config_module_out(monkeypatch):
-    from actors.episodic import build_system
+def test_source_digest_leaves_the_config_tree_out(monkeypatch):
+    from bench.systems import build_system
 
-    digest = locomo.source_digest(build_system)  # actors/episodic.py imports cluster.config directly
-    monkeypatch.setattr(locomo, "VALUES_ONLY_MODULES", frozenset())
+    digest = locomo.source_digest(build_system)  # bench/systems.py imports core.config directly
+    monkeypatch.setattr(locomo, "VALUES_ONLY_PREFIXES", ())
     assert locomo.source_digest(build_system) != digest
+
+
+def test_source_files_follow_imports_through_the_project():
+    from bench.systems import build_system
+
+    files = {str(p.relative_to(locomo.REPO_ROOT)) for p in locomo.source_files(build_system)}
+    # the read path the service runs, and what it imports in turn (master -> its prompts; shards -> cores)
+    assert {"bench/systems.py", "actors/read_path.py", "actors/master.py", "actors/tenant_assistants.py",
+            "actors/assistant.py", "actors/segmenter.py", "core/evidence.py"} <= files
+    assert not any(f.startswith("core/config/") for f in files)
+    with_models = locomo.code_digest_of(build_system)
+    assert with_models != locomo.code_digest_of(build_system, with_models=False)  # the engine's source counts

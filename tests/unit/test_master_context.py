@@ -4,9 +4,9 @@ from datetime import datetime
 
 import pytest
 
-from bench.locomo_data import Conversation, Turn
+from actors.master import dialogue_order
 from bench.master_context import parse_cache_paths, parse_contexts, widen
-from serve.master import dialogue_order
+from cluster.locomo_data import Conversation, Turn
 
 
 def _conversation() -> Conversation:

@@ -188,6 +188,6 @@ def test_incremental_equals_batch(seed, allow_overflow):
 
 def test_rejects_bad_parameters():
     with pytest.raises(ValueError):
-        Segmenter(max_tokens=0)
+        Segmenter(max_tokens=0, overlap_ratio=0.1)
     with pytest.raises(ValueError):
-        Segmenter(overlap_ratio=1.0)
+        Segmenter(max_tokens=4096, overlap_ratio=1.0)

@@ -18,8 +18,8 @@ from actors.segmenter import Segment, Segmenter, segment_turns
 from actors.tenant_assistants import TenantAssistants
 from actors.tenant_episodes import KnownVectors, TenantEpisodes, TurnRecord
 from actors.tenant_tiers import TenantTiers, VectorsOnly
-from cluster.config import EvictionConfig, TierConfig, TierMemoryConfig, load_config
-from serve.engine import TokenBill
+from core.config import EvictionConfig, TierConfig, TierMemoryConfig, load_config
+from core.generation import TokenBill
 from tests.doubles import HashingEncoder, ScriptedEngine
 
 DIM = 64

@@ -17,7 +17,7 @@ from actors.tenant_assistants import TenantAssistants
 from actors.tenant_episodes import TenantEpisodes
 from actors.tenant_export import InvalidExport, export_lines, parse_import
 from actors.tenant_tiers import TenantTiers
-from cluster.config import EvictionConfig, TierConfig, TierMemoryConfig
+from core.config import EvictionConfig, TierConfig, TierMemoryConfig
 from tests.doubles import ScriptedEngine
 from tests.unit.test_tenant_cores import DIM, ENC, ep_config, random_stream, vecs
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from actors.tenant_assistants import TenantAssistants
 from actors.tenant_episodes import TenantEpisodes, TurnRecord
 from actors.tenant_tiers import TenantTiers
-from cluster.config import load_config
+from core.config import load_config
 from tests.doubles import HashingEncoder, ScriptedEngine
 
 DIM = 32

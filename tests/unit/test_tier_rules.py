@@ -3,10 +3,10 @@
 import pytest
 
 from actors.hnsw_index import ExactIndex
-from actors.modes import mode_config
 from actors.tiered_memory import TieredMemory
+from bench.modes import mode_config
 from bench.synthetic import SCENARIOS, generate_facts
-from cluster.config import TierConfig, TierMemoryConfig
+from core.config import TierConfig, TierMemoryConfig
 from tests.doubles import unit_vectors
 
 # seed -> (LRU essential lost, active facts left in L1, historical facts still stored)

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cluster.smollm import PACKAGED_SMOLLM2
+from core.smollm import PACKAGED_SMOLLM2
 
 
 class EngineConfig(BaseModel):

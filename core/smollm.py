@@ -6,7 +6,7 @@ model, so :func:`convert` rebuilds a plain ``LlamaForCausalLM`` from the same co
 weights, checks that the logits match, and saves weights + tokenizer + generation config into the
 user's cache (never into the repository)::
 
-    python -m cluster.smollm convert [--cache-dir DIR]      # -> DIR/models/SmolLM2-135M-Instruct
+    python -m core.smollm convert [--cache-dir DIR]      # -> DIR/models/SmolLM2-135M-Instruct
 
 Configs name the model ``packaged:SmolLM2-135M-Instruct``; :func:`resolve_model` maps that name to
 the converted directory (converting on first use) and passes hub names and local paths through.
@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from core.cache import default_cache_dir
+
 log = logging.getLogger(__name__)
 
 PACKAGED_SMOLLM2 = "packaged:SmolLM2-135M-Instruct"
@@ -32,11 +34,6 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # NOTE: written last; a directory without it is a half-finished conversion and is redone.
 MARKER = "engram-converted.json"
 FORMAT_VERSION = 1
-
-
-def default_cache_dir() -> Path:
-    """The engram cache root, as ``paths.cache_dir``: ``$XDG_CACHE_HOME/engram``, else ``~/.cache/engram``."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "engram"
 
 
 def converted_dir(cache_dir: str | Path | None = None) -> Path:
@@ -152,7 +149,7 @@ def resolve_model(name_or_path: str, cache_dir: str | Path | None = None) -> str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cluster.smollm", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m core.smollm", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     conv = sub.add_parser("convert", help="convert the packaged GGUF to HF format (skipped if already done)")
     conv.add_argument(

@@ -30,7 +30,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, StringConstraints, TypeAdapter, ValidationError, field_validator
 
-from cluster.errors import ForbiddenError, UnauthorizedError
+from core.errors import ForbiddenError, UnauthorizedError
 from serve.schemas import Identifier
 
 __all__ = ["ApiKey", "CREATE_HINT", "EVERY_TENANT", "KeyFileError", "KeyStore", "sha256_hex"]

@@ -1,4 +1,5 @@
-"""The master (E-mem): gathers evidence, orders it by time, and answers in a short phrase.
+"""The master (E-mem): merges the assistants' evidence, cuts it to the window, orders it by time, and answers
+in a short phrase. A plain class: ``serve.deployments.MasterService`` hosts it on the model pool.
 
 The evidence lines are sorted oldest first and headed by a note that later lines hold the
 latest state, unless the question asks about the past. Instructions depend on the question's
@@ -15,13 +16,16 @@ With no evidence at all the answer is "Not mentioned in the conversation" and no
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from actors.assistant import Evidence
-from serve.engine import GenerationEngine, GenerationRequest, TokenBill
+from actors.segmenter import estimate_tokens
+from core.config import EpisodicConfig
+from core.evidence import Evidence, by_score, dedupe_evidence
+from core.generation import GenerationEngine, GenerationRequest, TokenBill
 
 SYSTEM = (
     "You answer questions about a long conversation using only the evidence lines given. "
@@ -35,6 +39,10 @@ INSTRUCTIONS = {
     5: "Does the conversation say this? Reply with the answer or say it is not mentioned.",
 }
 DEFAULT_INSTRUCTION = INSTRUCTIONS[4]
+# NOTE: the system prompt, evidence header, instruction and chat template take ~110 tokens besides the question
+# (counted exactly); each evidence line adds "[12] " and a newline.
+PROMPT_MARGIN_TOKENS = 160
+LINE_OVERHEAD_TOKENS = 6
 
 
 def format_date(ts: datetime) -> str:
@@ -77,14 +85,72 @@ class MasterAnswer:
     bill: TokenBill
 
 
+def prompt_budget(max_model_len: int, answer_max_tokens: int) -> int:
+    """Tokens the master's evidence and question may take in one prompt."""
+    return max_model_len - answer_max_tokens - PROMPT_MARGIN_TOKENS
+
+
+def fit_evidence(evidence: Sequence[Evidence], question: str, budget: int,
+                 count: Callable[[str], int]) -> list[Evidence]:
+    """The longest prefix of ``evidence`` whose lines (and the question) fit ``budget`` tokens."""
+    left = budget - count(question)
+    out = []
+    for e in evidence:
+        left -= count(e.content) + LINE_OVERHEAD_TOKENS
+        if left < 0:
+            break
+        out.append(e)
+    return out
+
+
+def token_counter(engine: GenerationEngine) -> Callable[[str], int]:
+    """Token count with the engine's tokenizer (the estimate of the segmenter when it has none)."""
+    tokenizer = getattr(engine, "tokenizer", None)
+    if tokenizer is None:
+        return estimate_tokens
+
+    @functools.lru_cache(maxsize=1 << 16)  # NOTE: fit() counts the same turn lines for every question
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False).input_ids)
+
+    return count
+
+
 class Master:
-    """Answers from evidence with one engine call per question (or a batch of questions)."""
+    """Answers from evidence: :meth:`answer` merges the evidence of many assistants (best score first, each turn
+    once, at most ``episodic.master_evidence`` lines), cuts it to the model's window, orders it in dialogue
+    order and makes one engine call per question (:meth:`respond`; a batch of questions is one engine batch).
 
-    def __init__(self, engine: GenerationEngine, *, max_tokens: int = 24, not_mentioned: str = "") -> None:
+    ``count`` counts tokens with the engine model's tokenizer (default: the engine's own tokenizer, else an
+    estimate); the prompt budget is the engine's window less the answer's tokens and the prompt's frame.
+    """
+
+    def __init__(self, engine: GenerationEngine, config: EpisodicConfig,
+                 count: Callable[[str], int] | None = None) -> None:
         self.engine = engine
-        self.max_tokens = max_tokens
-        self.not_mentioned = not_mentioned or "Not mentioned in the conversation"
+        self.max_tokens = config.answer_max_tokens
+        self.max_evidence = config.master_evidence
+        self.not_mentioned = config.not_mentioned
+        self.count = count or token_counter(engine)
+        self.budget = prompt_budget(engine.max_model_len, config.answer_max_tokens)
 
+    # -- choosing the evidence -----------------------------------------------------------------
+    def fit(self, evidence: Sequence[Evidence], question: str) -> list[Evidence]:
+        """The longest prefix of ``evidence`` that fits the prompt budget with ``question``."""
+        return fit_evidence(evidence, question, self.budget, self.count)
+
+    def select(self, question: str, evidence: Sequence[Evidence]) -> list[Evidence]:
+        """Assistants' evidence (in routing order) -> what the master reads: best score first (stable), each turn
+        once, the first ``master_evidence`` lines, cut to the window."""
+        kept = dedupe_evidence(by_score(evidence))[: self.max_evidence]
+        return self.fit(kept, question)
+
+    def answer(self, question: str, evidence: Sequence[Evidence], category: int | None = None,
+               adversarial: str | None = None) -> MasterAnswer:
+        """Select the evidence, then answer from it."""
+        return self.respond(question, self.select(question, evidence), category, adversarial)
+
+    # -- answering -----------------------------------------------------------------------------
     def prompt(self, question: str, evidence: Sequence[Evidence], category: int | None) -> str:
         lines = "\n".join(f"[{i}] {e.content}" for i, e in enumerate(evidence, start=1))
         return (
@@ -105,10 +171,11 @@ class Master:
                                      max_tokens=self.max_tokens)
         return GenerationRequest(messages=messages, max_tokens=self.max_tokens)
 
-    def answer_batch(
+    def respond_batch(
         self, items: Sequence[tuple[str, Sequence[Evidence], int | None, str | None]]
     ) -> list[MasterAnswer]:
-        """(question, evidence, category, adversarial answer) per question -> answers, one engine batch."""
+        """(question, chosen evidence, category, adversarial answer) per question -> answers, one engine batch.
+        The evidence is read as given (already cut to the window), in dialogue order."""
         ordered = [sorted(ev, key=dialogue_order) for _, ev, _, _ in items]
         todo = [i for i, ev in enumerate(ordered) if ev]
         requests = [self.request(items[i][0], ordered[i], items[i][2], items[i][3]) for i in todo]
@@ -123,6 +190,7 @@ class Master:
             out[i] = MasterAnswer(text, evidence, res.bill)
         return out
 
-    def answer(self, question: str, evidence: Sequence[Evidence], category: int | None = None,
-               adversarial: str | None = None) -> MasterAnswer:
-        return self.answer_batch([(question, evidence, category, adversarial)])[0]
+    def respond(self, question: str, evidence: Sequence[Evidence], category: int | None = None,
+                adversarial: str | None = None) -> MasterAnswer:
+        """Answer from ``evidence`` as chosen (no selection, no cut)."""
+        return self.respond_batch([(question, evidence, category, adversarial)])[0]

@@ -20,8 +20,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.episodic_router import line_terms
 from actors.remote import AssistantActor, RouterActor, TierShardActor
-from cluster.config import EngramConfig
-from cluster.errors import UnavailableError
+from core.config import EngramConfig
+from core.errors import UnavailableError
 from serve.pool import PoolEngine, TokenizerCounter
 
 
@@ -101,7 +101,7 @@ class Topology:
         if kind == "router":
             return RouterActor.options(**options).remote(config, self.dim, count_tokens=TokenizerCounter(config.engine),
                                                          **journal)
-        options["max_concurrency"] = 8  # NOTE: assistants wait on the pool; they only read held segments meanwhile
+        options["max_concurrency"] = c.assistant_max_concurrency
         return AssistantActor.options(**options).remote(
             PoolEngine.for_config(config.engine, self.app_name), summary_max_tokens=ep.summary_max_tokens,
             evidence_per_segment=ep.evidence_per_segment, method=ep.extraction, shortlist=ep.shortlist,

@@ -9,7 +9,7 @@ e.g. ``full@0.84`` is the full system with the paper's threshold.
 
 from __future__ import annotations
 
-from cluster.config import TierConfig, TierMemoryConfig
+from core.config import TierConfig, TierMemoryConfig
 
 MODES = ("full", "no_rerank", "no_gate", "lru", "oracle")
 

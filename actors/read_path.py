@@ -1,0 +1,100 @@
+"""The read path — route -> extract -> master — as one plain async class over the shards.
+
+``POST /v1/ask`` (``serve/ingress.py``) and the LoCoMo benchmark (``bench/systems.py``) both answer through
+:meth:`ReadPath.ask`, so every benchmark number measures what the service runs:
+
+1. **route**: the tenant's router core activates segments for the question (summary / dense / BM25 paths) and
+   hands back a copy of the open (still filling) segment;
+2. **extract**: the assistant cores that hold the activated segments re-read them for the question, all in
+   parallel (one call per core, its segments in one engine batch); the open segment is read too;
+3. **master**: the assistants' evidence, in routing order, goes to the master (``actors.master.Master``), which
+   merges it (best first, each turn once, at most ``episodic.master_evidence`` lines), cuts it to its window,
+   orders it by time and answers.
+
+The master step is a callable, so the service can run it on its own deployment and the benchmark in process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from actors.assistant import SegmentQuery
+from actors.master import MasterAnswer
+from actors.shards import Shards, assistants, router, tier
+from actors.tenant_episodes import RouteResult
+from actors.tiered_memory import Hit
+from core.evidence import Evidence
+from core.generation import TokenBill
+
+# (question, evidence in routing order, category or None, adversarial answer or None) -> the master's answer
+AnswerStep = Callable[[str, Sequence[Evidence], int | None, str | None], Awaitable[MasterAnswer]]
+
+
+@dataclass
+class AskResult:
+    route: RouteResult
+    answer: MasterAnswer
+    assistant_bill: TokenBill
+
+    @property
+    def routed_turn_ids(self) -> list[str]:
+        """Every turn of the activated segments and of the open one, in routing order, each once."""
+        ids = [t for a in self.route.activations for t in self.route.segments[a.segment_id][2]]
+        if self.route.open_segment is not None:
+            ids += list(self.route.open_segment.turn_ids)
+        return list(dict.fromkeys(ids))
+
+    @property
+    def segments(self) -> int:
+        return len(self.route.activations) + int(self.route.open_segment is not None)
+
+
+class ReadPath:
+    """Answers a tenant's questions from its episodic memory; ``ask_timeout_s`` bounds the assistants' wait."""
+
+    def __init__(self, shards: Shards, master: AnswerStep, *, ask_timeout_s: float | None = None) -> None:
+        self.shards, self.master, self.ask_timeout_s = shards, master, ask_timeout_s
+
+    async def route(self, tenant: str, question: str, vector: np.ndarray) -> RouteResult:
+        return await router(self.shards, tenant).route(tenant, question, vector)
+
+    async def extract(self, tenant: str, question: str, route: RouteResult) -> tuple[list[Evidence], TokenBill]:
+        """The assistants' evidence for the routed segments (in routing order), then the open segment's."""
+        groups: dict[int, list[int]] = defaultdict(list)  # assistant core -> ranks of its activations
+        for rank, a in enumerate(route.activations):
+            groups[self.shards.assistant_index(tenant, a.segment_id)].append(rank)
+        wait = self.ask_timeout_s
+        calls = [assistants(self.shards, i).extract(
+                     tenant, [SegmentQuery(a.segment_id, question, a.line_scores)
+                              for a in (route.activations[r] for r in ranks)], timeout=wait)
+                 for i, ranks in groups.items()]
+        if route.open_segment is not None:
+            i = self.shards.assistant_index(tenant, route.open_segment.id)
+            calls.append(assistants(self.shards, i).extract_from([route.open_segment], question, timeout=wait))
+        results = list(await asyncio.gather(*calls))
+        open_found, bill = results.pop() if route.open_segment is not None else ([], TokenBill())
+        by_rank: dict[int, list[Evidence]] = {}
+        for (_, ranks), (found, b) in zip(groups.items(), results, strict=True):
+            by_rank.update(zip(ranks, found, strict=True))
+            bill += b
+        evidence = [e for r in sorted(by_rank) for e in by_rank[r]] + [e for group in open_found for e in group]
+        return evidence, bill
+
+    async def ask(self, tenant: str, question: str, vector: np.ndarray, *, category: int | None = None,
+                  adversarial: str | None = None) -> AskResult:
+        """Route, extract, answer. ``category`` / ``adversarial``: the question's kind and the answer a
+        category-5 question tempts with, when the caller knows them (``/v1/ask`` takes an optional category)."""
+        route = await self.route(tenant, question, vector)
+        evidence, bill = await self.extract(tenant, question, route)
+        answer = await self.master(question, evidence, category, adversarial)
+        return AskResult(route, answer, bill)
+
+    async def search(self, tenant: str, query: str, vector: np.ndarray, k: int) -> tuple[list[Hit], RouteResult]:
+        """Tier memories and routed segments for a query; no model call."""
+        return await asyncio.gather(tier(self.shards, tenant).search(tenant, query, vector, k),
+                                    self.route(tenant, query, vector))

@@ -1,0 +1,128 @@
+"""The write path (``POST /v1/turns``) as a plain async class over the shards.
+
+Per request: each turn's rendered line is embedded once -> admission (the classifier on the turn and up to
+``admission.max_turns - 1`` turns before it, or store-all with the keyword rule's content type) -> admitted
+turns into the tenant's tier shard (L1/L2) and every turn into its episodic stream (the router core; only
+admitted ones enter segments) -> the segments that close go to their assistant cores -> the router is told they
+arrived. Summaries of the closed segments are the summariser's business (``actors/summariser.py``), after the
+write is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import numpy as np
+
+from actors.admission import Decision, content_type_rule
+from actors.segmenter import Segment
+from actors.shards import Shards, assistants, router, tier
+from actors.tenant_episodes import TurnRecord
+from core.config import EngramConfig
+from core.errors import ConflictError
+
+Embed = Callable[[list[str]], Awaitable[np.ndarray]]  # stored texts -> unit rows
+Classify = Callable[[list[np.ndarray]], Awaitable[list[Decision]]]  # admission chunks -> decisions
+
+
+class IncomingTurn(Protocol):
+    """A turn as a client sends it (``serve.schemas.TurnIn`` fits): id, time and rendered time are optional."""
+
+    id: str | None
+    speaker: str
+    text: str
+    timestamp: datetime | None
+    date_time: str | None
+
+
+def format_date_time(ts: datetime) -> str:
+    """LoCoMo's style: ``format_date_time(datetime(2023, 5, 8, 13, 56)) == '1:56 pm on 8 May, 2023'``."""
+    hour = ts.hour % 12 or 12
+    return f"{hour}:{ts.minute:02d} {'am' if ts.hour < 12 else 'pm'} on {ts.day} {ts.strftime('%B')}, {ts.year}"
+
+
+def turn_records(turns: Sequence[IncomingTurn], now: datetime) -> list[TurnRecord]:
+    """Records as the cores keep them: a missing id is generated, a missing time is ``now``; every time in UTC
+    (a time without a zone is taken as UTC: sorting evidence compares them). Raises ``ConflictError`` when an id
+    appears twice."""
+    out = []
+    for t in turns:
+        ts = t.timestamp or now
+        ts = ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
+        out.append(TurnRecord(t.id or uuid.uuid4().hex, t.speaker, t.text, t.date_time or format_date_time(ts), ts))
+    ids = [t.turn_id for t in out]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise ConflictError(f"turn id {dup!r} appears twice in one batch", param="turns", code="duplicate_id")
+    return out
+
+
+def admission_chunks(context: list[np.ndarray], vectors: np.ndarray, width: int) -> list[np.ndarray]:
+    """One chunk per new turn: its vector and up to ``width - 1`` before it (earlier requests' turns from
+    ``context`` first), oldest first — MemRouter's ≤ 5-turn window.
+
+    >>> [c[:, 0].tolist() for c in admission_chunks([np.array([1.0])], np.array([[2.0], [3.0]]), 2)]
+    [[1.0, 2.0], [2.0, 3.0]]
+    """
+    stream = [*context, *vectors]
+    n = len(context)
+    return [np.stack(stream[max(0, n + i + 1 - width) : n + i + 1]) for i in range(len(vectors))]
+
+
+@dataclass
+class WriteReport:
+    """What one write did: a decision per turn (in order), the segments it closed (by assistant core), evictions."""
+
+    turn_ids: list[str]
+    decisions: list[Decision]
+    closed: dict[int, list[Segment]]
+    evicted: int
+
+    @property
+    def admitted(self) -> list[bool]:
+        return [d.op == "ADD" for d in self.decisions]
+
+    @property
+    def segments_closed(self) -> int:
+        return sum(len(segs) for segs in self.closed.values())
+
+
+class WritePath:
+    """Embed, admit, store: one request's turns into a tenant's tiers, stream and assistants."""
+
+    def __init__(self, config: EngramConfig, shards: Shards, embed: Embed, classify: Classify | None) -> None:
+        self.config, self.shards, self.embed, self.classify = config, shards, embed, classify
+
+    async def add_turns(self, tenant: str, turns: Sequence[TurnRecord], *, agent_id: str | None = None,
+                        session_id: str | None = None) -> WriteReport:
+        ids = [t.turn_id for t in turns]
+        vectors = await self.embed([t.line for t in turns])
+        decisions = await self._admit(tenant, turns, vectors)
+        keep = [i for i, d in enumerate(decisions) if d.op == "ADD"]
+        meta: list[dict[str, Any]] = [
+            {"speaker": turns[i].speaker, "timestamp": turns[i].timestamp.isoformat(), "date_time": turns[i].date_time,
+             "type": decisions[i].content_type, "agent_id": agent_id, "session_id": session_id} for i in keep]
+        report = await tier(self.shards, tenant).add(
+            tenant, [ids[i] for i in keep], [turns[i].text for i in keep], vectors[keep],
+            [d.p_add if d.p_add is not None else 0.5 for d in (decisions[i] for i in keep)], meta)
+        stream = router(self.shards, tenant)
+        closed = await stream.append(tenant, turns, vectors, [d.op == "ADD" for d in decisions])
+        groups: dict[int, list[Segment]] = defaultdict(list)
+        for seg in closed:
+            groups[self.shards.assistant_index(tenant, seg.id)].append(seg)
+        if closed:
+            await asyncio.gather(*(assistants(self.shards, i).add(tenant, segs) for i, segs in groups.items()))
+            await stream.delivered(tenant, [seg.id for seg in closed])
+        return WriteReport(ids, decisions, dict(groups), report.evicted)
+
+    async def _admit(self, tenant: str, turns: Sequence[TurnRecord], vectors: np.ndarray) -> list[Decision]:
+        if self.classify is None:  # admission.mode == store_all
+            return [Decision("ADD", content_type_rule(t.text), None) for t in turns]
+        context = await router(self.shards, tenant).context(tenant)
+        return await self.classify(admission_chunks(context, vectors, self.config.admission.max_turns))

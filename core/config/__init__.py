@@ -1,0 +1,118 @@
+"""One typed configuration tree for the whole service.
+
+Loaded once at an entry point by :func:`load_config` from ``configs/<profile>.yaml``
+with environment overrides under ``ENGRAM_`` (nested with ``__``, e.g.
+``ENGRAM_TIERS__GATE__MODE=merge``). Nothing here is read at import time.
+
+Every constant taken from a paper is a default whose description names the source:
+HTM-EAR (tiered memory), E-mem (episodic memory), MemRouter (admission). The sections live in
+``memory`` (embedder, tiers, router), ``episodic`` (episodes, admission), ``engine`` (the small-model
+engine) and ``service`` (topology, API keys, data, paths); everything is importable from here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from core.config.base import CONFIG_DIR, REPO_ROOT, Section
+from core.config.engine import EngineConfig
+from core.config.episodic import AdmissionConfig, EpisodicConfig
+from core.config.memory import (
+    BGL_ENTITY_PATTERNS,
+    PACKAGED_MINILM,
+    SYNTHETIC_ENTITY_PATTERNS,
+    EmbedderConfig,
+    EntityConfig,
+    EvictionConfig,
+    GateConfig,
+    RerankConfig,
+    RouterConfig,
+    ScoringConfig,
+    TierConfig,
+    TierMemoryConfig,
+)
+from core.config.service import AuthConfig, ClusterConfig, DataConfig, PathsConfig
+
+__all__ = [
+    "BGL_ENTITY_PATTERNS", "CONFIG_DIR", "PACKAGED_MINILM", "REPO_ROOT", "SYNTHETIC_ENTITY_PATTERNS",
+    "AdmissionConfig", "AuthConfig", "ClusterConfig", "DataConfig", "EmbedderConfig", "EngineConfig",
+    "EngramConfig", "EntityConfig", "EpisodicConfig", "EvictionConfig", "GateConfig", "PathsConfig",
+    "RerankConfig", "RouterConfig", "ScoringConfig", "Section", "TierConfig", "TierMemoryConfig",
+    "deep_merge", "load_config", "profile_path",
+]
+
+
+class EngramConfig(BaseSettings):
+    """The root of the tree. Build it with :func:`load_config`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ENGRAM_", env_nested_delimiter="__", extra="forbid", validate_assignment=True
+    )
+
+    profile: str = Field("cpu", description="Name of the YAML profile this tree was loaded from.")
+    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
+    tiers: TierMemoryConfig = Field(default_factory=TierMemoryConfig)
+    router: RouterConfig = Field(default_factory=RouterConfig)
+    episodic: EpisodicConfig = Field(default_factory=EpisodicConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    paths: PathsConfig = Field(default_factory=PathsConfig)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # NOTE: environment first, so ENGRAM_* overrides what the YAML profile (passed as init) says.
+        return env_settings, init_settings
+
+
+def profile_path(profile: str | Path) -> Path:
+    """'cpu' -> configs/cpu.yaml; a path is taken as is."""
+    p = Path(profile)
+    if p.suffix in (".yaml", ".yml"):
+        return p
+    return CONFIG_DIR / f"{profile}.yaml"
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` merged into a copy of ``base``, mappings recursively.
+
+    >>> deep_merge({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}})
+    {'a': {'b': 1, 'c': 3}}
+    """
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_config(profile: str | Path | None = None, overrides: dict[str, Any] | None = None) -> EngramConfig:
+    """Load ``configs/<profile>.yaml`` (default: ``$ENGRAM_PROFILE`` or ``cpu``), ``overrides`` merged over it
+    (same keys as the YAML), plus ``ENGRAM_*`` environment overrides (which win)."""
+    profile = profile or os.environ.get("ENGRAM_PROFILE") or "cpu"
+    path = profile_path(profile)
+    if not path.is_file():
+        known = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+        raise FileNotFoundError(f"config profile {str(profile)!r} not found at {path} (known profiles: {known})")
+    data: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: top level must be a mapping")
+    data.setdefault("profile", path.stem)
+    return EngramConfig(**deep_merge(data, overrides or {}))

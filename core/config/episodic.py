@@ -1,0 +1,99 @@
+"""Config sections of episodic memory (E-mem) and write-side admission (MemRouter)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from core.config.base import Section
+
+
+class EpisodicConfig(Section):
+    """Episodic memory (E-mem): segments, assistants' evidence extraction, the master's answer."""
+
+    segment_tokens: int = Field(
+        1024, ge=64, le=131_072,
+        description="Segment size in tokens of the small model's tokenizer (E-mem: 4,096 with a 4k-context "
+        "Qwen3 assistant; smaller here so a segment and its prompt fit the CPU engine's window).",
+    )
+    overlap_ratio: float = Field(
+        0.1, ge=0, lt=1, description="Share of a full segment's tokens replayed at the start of the next (E-mem: ~10%)."
+    )
+    summary_max_tokens: int = Field(48, gt=0, le=1024, description="Length cap of a segment summary (P_global).")
+    evidence_per_segment: int = Field(
+        5, gt=0, le=64, description="Most evidence lines an assistant returns for one segment (E-mem: 5)."
+    )
+    extraction: Literal["likelihood", "choose"] = Field(
+        "likelihood",
+        description="How assistants pick evidence lines: 'likelihood' = the router's line cosine + idf term match "
+        "shortlist the segment's lines, the small model scores each by the question's likelihood after it (one "
+        "scoring pass, no generation); 'choose' = the model names line numbers (E-mem; needs a capable model).",
+    )
+    shortlist: int = Field(
+        5, gt=0, le=256,
+        description="'likelihood' extraction: lines per segment the small model re-reads; each returned segment "
+        "gives at most min(shortlist, evidence_per_segment) lines.",
+    )
+    answer_max_tokens: int = Field(24, gt=0, le=1024, description="Length cap of the master's short answer.")
+    master_evidence: int = Field(
+        12, gt=0, le=10_000,
+        description="Most evidence lines the master reads (best-routed segments first); E-mem's aggregator "
+        "likewise drops noise before answering.",
+    )
+    rag_top_k: int = Field(10, gt=0, le=1000, description="Turns the plain-RAG baseline gives the answer model.")
+    not_mentioned: str = Field(
+        "Not mentioned in the conversation",
+        description="The master's answer when the evidence does not hold one (E-mem's adversarial answer).",
+    )
+
+
+class AdmissionConfig(Section):
+    """Learned write-side admission (MemRouter): ADD/NOOP and content type from turn embeddings, one pass."""
+
+    backbone: str = Field(
+        "packaged:SmolLM2-135M-Instruct",
+        description="Frozen causal LM the projected turn embeddings run through as inputs_embeds "
+        "(MemRouter: a frozen 7B LLM; CPU profile: SmolLM2-135M-Instruct, hidden 576).",
+    )
+    max_turns: int = Field(
+        5, ge=1, le=64, description="Turns per chunk: the current turn plus up to max_turns-1 before it (MemRouter: 5)."
+    )
+    projector_hidden: int = Field(
+        1024, ge=8, le=65_536, description="Width of the projector's hidden layer (not published; chosen here)."
+    )
+    device: str = Field("cpu", description="torch device of the classifier and its training ('cpu', 'cuda').")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32",
+        description="Backbone dtype when classifying (training always runs float32; projector and heads stay "
+        "float32). bfloat16 halves the weights a batch-1 pass reads (docs/admission.md: measured latency and "
+        "agreement with float32).",
+    )
+    holdout_conversation: str = Field(
+        "conv-47",
+        min_length=1,
+        description="Train-split conversation held out for early stopping and the threshold (never a test one).",
+    )
+    epochs: int = Field(6, ge=1, le=1000, description="Most training epochs over the train chunks.")
+    patience: int = Field(2, ge=0, le=1000, description="Epochs without held-out F1 gain before stopping.")
+    batch_size: int = Field(32, ge=1, le=4096, description="Chunks per training step.")
+    lr: float = Field(2e-3, gt=0, le=1, description="AdamW learning rate of projector and heads.")
+    weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW weight decay.")
+    content_loss_weight: float = Field(
+        0.5, ge=0, le=10, description="Weight of the content-type cross-entropy (ADD chunks only) in the loss."
+    )
+    max_train_minutes: float = Field(
+        20.0,
+        gt=0,
+        le=10_000,
+        description="Wall-time budget of training; the step that crosses it ends training (then held-out evaluation).",
+    )
+    threshold: float = Field(
+        0.5, gt=0, lt=1, description="p_add at or above which a turn is stored when no trained threshold is saved."
+    )
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of initialisation and shuffling.")
+    mode: Literal["classifier", "store_all"] = Field(
+        "classifier",
+        description="The service's admission: 'classifier' (the trained heads; the service refuses to start without "
+        "them) or 'store_all' (every turn is admitted; its type comes from the keyword rule).",
+    )

@@ -1,0 +1,120 @@
+"""Config sections of the running service: the actor topology, API keys, data sets and paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from core.cache import default_cache_dir
+from core.config.base import Section, default_shared
+
+
+class DataConfig(Section):
+    locomo_path: Path = Field(
+        default_factory=lambda: default_shared("data", "locomo", "locomo10.json"), description="LoCoMo JSON file."
+    )
+    bgl_path: Path = Field(
+        default_factory=lambda: default_shared("data", "bgl", "BGL_2k.log"), description="BGL_2k.log."
+    )
+    kuberay_crds_path: Path = Field(
+        default_factory=lambda: default_shared("kuberay-crds"), description="Folder with the KubeRay CRD YAMLs."
+    )
+
+
+class PathsConfig(Section):
+    cache_dir: Path = Field(
+        default_factory=default_cache_dir,
+        description="Converted models, trained weights and embedding caches (never committed).",
+    )
+    results_dir: Path = Field(Path("results"), description="Benchmark tables and plots.")
+
+
+class ClusterConfig(Section):
+    """The actor topology of the service on Ray (names, counts, placement, restarts)."""
+
+    namespace: str = Field("engram", min_length=1, description="Ray namespace of the named actors.")
+    tier_shards: int = Field(2, ge=1, le=4096, description="Tier-shard actors; a tenant lives on hash(tenant) % n.")
+    assistant_actors: int = Field(
+        2, ge=1, le=4096, description="Assistant actors; each hosts many segments (hash(tenant, segment) % n)."
+    )
+    router_shards: int = Field(1, ge=1, le=4096, description="Router actors; a tenant's router is hash(tenant) % n.")
+    assistant_max_concurrency: int = Field(
+        8, ge=1, le=1024,
+        description="Concurrent calls an assistant actor serves (Ray max_concurrency); they wait on the small-model "
+        "pool and only read held segments meanwhile.",
+    )
+    actor_num_cpus: float = Field(
+        0.0, ge=0, le=256, description="CPUs each stateful actor reserves (0: share the node; they hold no model)."
+    )
+    max_restarts: int = Field(-1, ge=-1, description="Ray restarts of a crashed actor (-1: forever).")
+    placement: Literal["round_robin", "spread", "default"] = Field(
+        "round_robin",
+        description="'round_robin': actor i of each kind prefers alive node i % nodes (soft affinity: a restart "
+        "may land elsewhere); 'spread': Ray's SPREAD strategy (best effort); 'default': Ray decides.",
+    )
+    summaries: bool = Field(
+        True,
+        description="Write each closed segment's one-line summary (router's global path) in the background, "
+        "after the write is acknowledged.",
+    )
+    storage_dir: Path | None = Field(
+        None,
+        description="Where each stateful actor keeps its write-ahead log and snapshots (<dir>/<namespace>/<actor>); "
+        "a path every node can reach in a multi-node cluster. None: memory only, lost when an actor restarts.",
+    )
+    snapshot_every: int = Field(
+        10_000, ge=1, le=100_000_000, description="Log records after which an actor writes a snapshot."
+    )
+    local_query_embedding: bool = Field(
+        True,
+        description="The ingress embeds search/ask queries itself (saves a Serve hop, ~9 ms on 2 CPU cores) at "
+        "the cost of one more embedder copy per ingress replica; writes always use the Embedder deployment.",
+    )
+    summary_delay_s: float = Field(
+        30.0, ge=0, le=3600,
+        description="Segment summaries run when writes pause (none for write_idle_s), or once the oldest has waited "
+        "this long.",
+    )
+    summary_batch: int = Field(
+        4, ge=1, le=1024,
+        description="Segments per background summary call (each a ~1,000-token prompt: ~4 s on 2 CPU cores); one "
+        "call at a time per assistant actor so summaries never hold the pool for long against ask requests.",
+    )
+    summary_timeout_s: float = Field(
+        900.0, gt=0, le=86_400,
+        description="Longest wait for one background summary call (a slow pool is not an error).",
+    )
+    write_idle_s: float = Field(
+        1.0, ge=0, le=3600,
+        description="Writes count as paused once none has run for this long; background summaries wait for a pause "
+        "(or summary_delay_s).",
+    )
+    ask_timeout_s: float = Field(
+        300.0, gt=0, le=3600,
+        description="Longest wait for the assistants' evidence of one question (they queue on the small-model pool).",
+    )
+    actor_call_timeout_s: float = Field(
+        60.0, gt=0, le=3600, description="Longest wait for one actor call before the request fails with 503."
+    )
+
+
+class AuthConfig(Section):
+    """API keys of the HTTP API (``serve/auth.py``; created with ``engram keys create``)."""
+
+    required: bool = Field(
+        True,
+        description="API keys required on every /v1 route except /v1/health (/metrics and the OpenAPI pages stay "
+        "open too); false only on a private dev box.",
+    )
+    keys_file: Path = Field(
+        default_factory=lambda: default_cache_dir() / "api-keys.json",
+        description="JSON file of the keys' SHA-256 hashes, tenants and admin flags (mode 0600), read by every "
+        "ingress replica on its own node and re-read when it changes; '~' is expanded.",
+    )
+
+    @field_validator("keys_file")
+    @classmethod
+    def _expand(cls, path: Path) -> Path:
+        return path.expanduser()

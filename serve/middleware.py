@@ -1,0 +1,87 @@
+"""What every HTTP request passes before an endpoint: the API-key gate and the request metrics.
+
+Every ``/v1`` route but ``/v1/health`` first checks the request's API key (:func:`authenticate`, a middleware,
+before the body is parsed); whether the key may act for the tenant it names is checked by the endpoint
+(``serve.auth.permit``). ``/metrics`` and the OpenAPI pages stay open.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request, Response, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
+
+from core.errors import EngramError, UnavailableError
+from serve.auth import ApiKey, KeyFileError, KeyStore
+from serve.errors import engram_error_response
+from serve.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+# NOTE: auto_error=False: a missing key reaches ApiKeyCheck, which answers 401 in the API's error body (and not
+# at all when auth.required is false); through Security(BEARER) the OpenAPI spec declares the scheme.
+BEARER = HTTPBearer(auto_error=False, scheme_name="ApiKey",
+                    description="An API key from `engram keys create` (docs/cluster.md, API keys).")
+
+
+class ApiKeyCheck:
+    """The dependency every /v1 endpoint but health takes: the request's API key (None when ``auth.required``
+    is false). ``ApiKeyCheck.store`` is the replica's KeyStore (``MemoryAPI.__init__``; one replica per
+    process). Whether the key may act for the user is the endpoint's check (``serve.ingress.authorize``).
+
+    The dependency declares the scheme in the OpenAPI spec; the gate is :func:`authenticate`, a middleware
+    that checks the key before FastAPI parses anything, so a caller without a valid key learns nothing about
+    the API (401 first, even for a body that is not JSON)."""
+
+    store: KeyStore | None = None
+
+    def __call__(self, request: Request,
+                 credentials: HTTPAuthorizationCredentials | None = Security(BEARER)) -> ApiKey | None:
+        checked = getattr(request.state, "api_key", None)  # NOTE: the middleware's result: not hashed twice
+        return checked if checked is not None else self.check(credentials.credentials if credentials else None)
+
+    @classmethod
+    def check(cls, token: str | None) -> ApiKey | None:
+        if cls.store is None:
+            return None
+        try:
+            return cls.store.authenticate(token)
+        except KeyFileError:
+            log.exception("API keys cannot be checked")
+            raise UnavailableError("the service cannot read its API keys (see its log)",
+                                   code="key_store_error") from None
+
+
+API_KEY = ApiKeyCheck()
+OPEN_PATHS = frozenset({"/v1/health"})  # /metrics and the OpenAPI pages are outside /v1
+
+
+async def authenticate(request: Request, call_next: Any) -> Response:
+    path, root = request.url.path, request.scope.get("root_path", "")
+    if root and path.startswith(root):  # NOTE: an application served under a route prefix sees the full path
+        path = path[len(root):]
+    if ApiKeyCheck.store is not None and path.startswith("/v1/") and path not in OPEN_PATHS:
+        scheme, token = get_authorization_scheme_param(request.headers.get("authorization"))
+        try:
+            request.state.api_key = ApiKeyCheck.check(token if scheme.lower() == "bearer" else None)
+        except EngramError as e:
+            return engram_error_response(e)
+    return await call_next(request)
+
+
+def install(app: FastAPI, metrics: Metrics) -> None:
+    """The key gate inside, the metrics outside it (a refused request is counted too)."""
+    app.middleware("http")(authenticate)
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next: Any) -> Response:
+        start = time.perf_counter()
+        response = await call_next(request)
+        route = getattr(request.scope.get("route"), "path", "unmatched")
+        metrics.requests.labels(route, str(response.status_code)).inc()
+        metrics.latency.labels(route).observe(time.perf_counter() - start)
+        return response
