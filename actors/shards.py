@@ -13,7 +13,10 @@ Two kinds of shards: ``serve.actor_shards.ActorShards`` (the cluster: Ray actors
 
 from __future__ import annotations
 
-import zlib
+import asyncio
+import functools
+import hashlib
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -36,10 +39,10 @@ Call = Callable[[str, tuple, float | None], Awaitable[Any]]
 def stable_hash(key: str) -> int:
     """A hash that is the same in every process (Python's ``hash`` of a str is salted per process).
 
-    >>> stable_hash("alice") == stable_hash("alice")
+    >>> stable_hash("alice") % 4 == stable_hash("alice") % 4
     True
     """
-    return zlib.crc32(key.encode())
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
 
 
 def methods(core: type) -> frozenset[str]:
@@ -115,33 +118,47 @@ def assistants(shards: Shards, index: int) -> CoreHandle[TenantAssistants]:
     return shards.handle("assistants", index)
 
 
-def build_assistants(config: EngramConfig, engine: GenerationEngine) -> TenantAssistants:
-    """The assistant core as the service configures it (extraction method, shortlist, BM25 terms, summaries)."""
+def assistant_options(config: EngramConfig) -> dict[str, Any]:
+    """``TenantAssistants``' settings as the service configures them (extraction, shortlist, BM25 terms, summaries)."""
     ep = config.episodic
-    return TenantAssistants(engine, summary_max_tokens=ep.summary_max_tokens,
-                            evidence_per_segment=ep.evidence_per_segment, method=ep.extraction,
-                            shortlist=ep.shortlist, terms=line_terms(config.router))
+    return {"summary_max_tokens": ep.summary_max_tokens, "evidence_per_segment": ep.evidence_per_segment,
+            "method": ep.extraction, "shortlist": ep.shortlist, "terms": line_terms(config.router)}
+
+
+def shard_counts(config: EngramConfig) -> dict[Kind, int]:
+    """Cores of each kind in the configured topology (``cluster.tier_shards`` / ``router_shards`` /
+    ``assistant_actors``)."""
+    c = config.cluster
+    return {"tier": c.tier_shards, "router": c.router_shards, "assistants": c.assistant_actors}
 
 
 class LocalShards(Placement):
-    """One in-process core of each kind (plain objects, no Ray): the service's pipelines in one process.
+    """The configured topology's cores as in-process objects (plain cores, no Ray): the service's pipelines in one
+    process, with the tenants and segments placed on the same cores as in the cluster.
 
-    Calls run synchronously in the caller's thread, in call order, so a run is deterministic.
+    NOTE: each call runs in a worker thread (an engine may block, e.g. a Serve handle's ``result()``, which refuses
+    to run inside an event loop), one call at a time: the cores and a local engine are not thread-safe.
     """
 
     def __init__(self, config: EngramConfig, *, dim: int, engine: GenerationEngine,
                  count_tokens: Callable[[str], int] = estimate_tokens) -> None:
-        super().__init__({"tier": 1, "router": 1, "assistants": 1})
-        self.cores: dict[Kind, Any] = {
-            "tier": TenantTiers(config.tiers, dim),
-            "router": TenantEpisodes(config, dim, count_tokens=count_tokens),
-            "assistants": build_assistants(config, engine),
+        super().__init__(shard_counts(config))
+        make: dict[Kind, Callable[[], Any]] = {
+            "tier": lambda: TenantTiers(config.tiers, dim),
+            "router": lambda: TenantEpisodes(config, dim, count_tokens=count_tokens),
+            "assistants": lambda: TenantAssistants(engine, **assistant_options(config)),
         }
+        self.cores: dict[Kind, list[Any]] = {kind: [make[kind]() for _ in range(n)] for kind, n in self.counts.items()}
+        self._one_at_a_time = threading.Lock()
 
     def handle(self, kind: Kind, index: int) -> CoreHandle[Any]:
-        core = self.cores[kind]
+        method = functools.partial(self._run, self.cores[kind][index])
 
         async def call(name: str, args: tuple, timeout: float | None) -> Any:
-            return getattr(core, name)(*args)
+            return await asyncio.to_thread(method, name, args)
 
         return CoreHandle(CORES[kind], call)
+
+    def _run(self, core: Any, name: str, args: tuple) -> Any:
+        with self._one_at_a_time:
+            return getattr(core, name)(*args)

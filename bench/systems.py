@@ -65,8 +65,8 @@ class InProcessService:
     name = "engram"
 
     def __init__(self, config: EngramConfig, *, encoder: Encoder, engine: GenerationEngine,
-                 count: Any = None, batch: int = DEFAULT_BATCH) -> None:
-        self.config, self.encoder, self.batch = config, encoder, batch
+                 count: Any = None, batch: int = DEFAULT_BATCH, tenant: str = TENANT) -> None:
+        self.config, self.encoder, self.batch, self.tenant = config, encoder, batch, tenant
         count = count or token_counter(engine)
         self.shards = LocalShards(config, dim=encoder.dim, engine=engine, count_tokens=count)
         self.master = Master(engine, config.episodic, count)
@@ -80,13 +80,14 @@ class InProcessService:
 
     async def _master(self, question: str, evidence: Sequence[Evidence], category: int | None,
                       adversarial: str | None) -> MasterAnswer:
-        return self.master.answer(question, evidence, category, adversarial)
+        # NOTE: in a worker thread, as the shards' calls: the engine may be a Serve handle (blocking result())
+        return await asyncio.to_thread(self.master.answer, question, evidence, category, adversarial)
 
     def ingest(self, turns: Sequence[Any]) -> None:
         asyncio.run(self._ingest(turns))
 
     async def _ingest(self, turns: Sequence[Any]) -> None:
-        for tenant, session, chunk in locomo_batches(turns, TENANT, self.batch):
+        for tenant, session, chunk in locomo_batches(turns, self.tenant, self.batch):
             report = await self.writes.add_turns(tenant, turn_records(chunk, chunk[0].timestamp),
                                                  session_id=session)
             if self.config.cluster.summaries:
@@ -95,7 +96,7 @@ class InProcessService:
 
     def ask(self, question: str, *, category: int | None, adversarial: str | None = None) -> Answer:
         q = self.encoder.encode([question], is_query=True)[0]
-        result = asyncio.run(self.reads.ask(TENANT, question, q, category=category, adversarial=adversarial))
+        result = asyncio.run(self.reads.ask(self.tenant, question, q, category=category, adversarial=adversarial))
         return _answer(result.answer, result.routed_turn_ids, result.segments, result.assistant_bill)
 
 
@@ -106,8 +107,8 @@ class DirectRead(InProcessService):
 
     def ask(self, question: str, *, category: int | None, adversarial: str | None = None) -> Answer:
         q = self.encoder.encode([question], is_query=True)[0]
-        route = asyncio.run(self.reads.route(TENANT, question, q))
-        held = {seg.id: seg for seg in self.shards.cores["assistants"].segments(TENANT)}
+        route = asyncio.run(self.reads.route(self.tenant, question, q))
+        held = {seg.id: seg for core in self.shards.cores["assistants"] for seg in core.segments(self.tenant)}
         segments: list[Segment] = [held[a.segment_id] for a in route.activations if a.segment_id in held]
         if route.open_segment is not None:
             segments.append(route.open_segment)

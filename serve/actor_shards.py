@@ -16,7 +16,7 @@ from typing import Any
 from ray.exceptions import ActorDiedError, ActorUnschedulableError, GetTimeoutError, RayActorError
 
 from actors.remote import ASSISTANT_WRITES, WRITES
-from actors.shards import CORES, CoreHandle, Kind, Placement
+from actors.shards import CORES, CoreHandle, Kind, Placement, shard_counts
 from core.config import EngramConfig
 from core.errors import UnavailableError
 from serve.topology import Topology
@@ -28,7 +28,7 @@ class ActorShards(Placement):
     """``topology`` is awaited on each call (the ingress creates the actors once the embedder's dim is known)."""
 
     def __init__(self, config: EngramConfig, topology: Callable[[], Awaitable[Topology]]) -> None:
-        super().__init__(Topology.counts(config))
+        super().__init__(shard_counts(config))
         self.topology = topology
         self.timeout = config.cluster.actor_call_timeout_s
 

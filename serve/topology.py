@@ -11,27 +11,17 @@ cannot restart there and is revived on an alive node by the first caller that fi
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.episodic_router import line_terms
 from actors.remote import AssistantActor, RouterActor, TierShardActor
+from actors.shards import assistant_options, shard_counts, stable_hash
 from core.config import EngramConfig
 from core.errors import UnavailableError
 from serve.pool import PoolEngine, TokenizerCounter
-
-
-def stable_hash(key: str) -> int:
-    """A hash that is the same in every process (Python's ``hash`` of a str is salted per process).
-
-    >>> stable_hash("alice") % 4 == stable_hash("alice") % 4
-    True
-    """
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
 
 
 class Topology:
@@ -57,8 +47,7 @@ class Topology:
     # -- creation / attachment -------------------------------------------------------------
     @staticmethod
     def counts(config: EngramConfig) -> dict[str, int]:
-        c = config.cluster
-        return {"tier": c.tier_shards, "router": c.router_shards, "assistants": c.assistant_actors}
+        return dict(shard_counts(config))
 
     @classmethod
     def start(cls, config: EngramConfig, *, dim: int, app_name: str = "engram") -> Topology:
@@ -94,7 +83,6 @@ class Topology:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=False)
         elif c.placement == "spread":
             options["scheduling_strategy"] = "SPREAD"
-        ep = config.episodic
         journal = {"journal_dir": self.journal_dir(f"{kind}-{i}"), "snapshot_every": c.snapshot_every}
         if kind == "tier":
             return TierShardActor.options(**options).remote(config.tiers, self.dim, **journal)
@@ -103,9 +91,7 @@ class Topology:
                                                          **journal)
         options["max_concurrency"] = c.assistant_max_concurrency
         return AssistantActor.options(**options).remote(
-            PoolEngine.for_config(config.engine, self.app_name), summary_max_tokens=ep.summary_max_tokens,
-            evidence_per_segment=ep.evidence_per_segment, method=ep.extraction, shortlist=ep.shortlist,
-            terms=line_terms(config.router), **journal)
+            PoolEngine.for_config(config.engine, self.app_name), **assistant_options(config), **journal)
 
     def journal_dir(self, name: str) -> str | None:
         storage = self.config.cluster.storage_dir

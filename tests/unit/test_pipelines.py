@@ -1,0 +1,153 @@
+"""The service's pipelines (write path, summariser, read path, tenant operations) over in-process cores.
+
+They run here exactly as in the ingress, over ``LocalShards`` instead of Ray actors: every core method they name
+is called at least once, so a misspelt name fails here (``CoreHandle`` checks names against the core classes,
+for the actors too)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import numpy as np
+import pytest
+
+from actors.admission import Decision
+from actors.master import Master
+from actors.read_path import ReadPath
+from actors.shards import CORES, CoreHandle, LocalShards, methods, tier
+from actors.summariser import Summariser
+from actors.tenant_export import parse_import
+from actors.tenant_ops import TenantOps
+from actors.tenant_tiers import TenantTiers
+from actors.write_path import WritePath, turn_records
+from core.config import EngramConfig
+from core.errors import ConflictError, NotFoundError
+from tests.doubles import HashingEncoder, ScriptedEngine
+
+
+@dataclass
+class TurnIn:  # what a client posts (serve.schemas.TurnIn's fields)
+    id: str | None
+    speaker: str
+    text: str
+    timestamp: datetime | None = None
+    date_time: str | None = None
+
+
+def _turns(n: int, start: int = 0) -> list[TurnIn]:
+    t0 = datetime(2023, 5, 7, 13, 0)
+    return [TurnIn(f"t{i}", "Ann" if i % 2 else "Bob", f"turn {i} about topic{i % 5} and number {1000 + i}",
+                   t0 + timedelta(minutes=i)) for i in range(start, start + n)]
+
+
+class Service:
+    """The ingress's wiring of the pipelines, without HTTP."""
+
+    def __init__(self, classify=None) -> None:
+        cfg = EngramConfig()
+        cfg.router.chunking = "turn"
+        cfg.episodic.segment_tokens = 120
+        cfg.cluster.write_idle_s = 0.0
+        cfg.cluster.summary_delay_s = 0.0
+        self.config, self.encoder, self.engine = cfg, HashingEncoder(), ScriptedEngine()
+        self.shards = LocalShards(cfg, dim=self.encoder.dim, engine=self.engine)
+        master = Master(self.engine, cfg.episodic)
+
+        async def embed(texts):
+            return self.encoder.encode(texts)
+
+        async def answer(question, evidence, category, adversarial):
+            return master.answer(question, evidence, category, adversarial)
+
+        self.writes = WritePath(cfg, self.shards, embed, classify)
+        self.summariser = Summariser(cfg.cluster, self.shards, embed)
+        self.reads = ReadPath(self.shards, answer)
+        self.ops = TenantOps(self.shards, self.summariser.queue)
+
+    async def post(self, tenant: str, turns: list[TurnIn]):
+        async with self.summariser.writing():
+            report = await self.writes.add_turns(tenant, turn_records(turns, datetime(2024, 1, 1)))
+        self.summariser.queue(tenant, report.closed)
+        return report
+
+    async def settle(self) -> None:
+        while self.summariser.pending:
+            await asyncio.sleep(0.01)
+
+
+def test_a_handle_refuses_a_name_its_core_does_not_have() -> None:
+    async def call(name, args, timeout):
+        return name
+
+    handle = CoreHandle(TenantTiers, call)
+    assert asyncio.run(handle.search("u", "q", None, 1)) == "search"
+    with pytest.raises(AttributeError, match="TenantTiers has no method 'serch'"):
+        handle.serch  # noqa: B018
+    with pytest.raises(AttributeError):
+        handle._memory  # noqa: B018  private helpers are not callable through a handle
+    assert {"add", "append", "extract"} <= methods(CORES["tier"]) | methods(CORES["router"]) | methods(
+        CORES["assistants"])
+
+
+def test_write_ask_search_and_tenant_operations_end_to_end() -> None:
+    async def run() -> None:
+        svc = Service()
+        report = await svc.post("alice", _turns(40))
+        assert report.admitted == [True] * 40 and report.segments_closed >= 2
+        with pytest.raises(ConflictError):
+            turn_records([TurnIn("x", "Ann", "a"), TurnIn("x", "Ann", "b")], datetime(2024, 1, 1))
+        await svc.settle()
+        held = [seg for core in svc.shards.cores["assistants"] for seg in core.segments("alice")]
+        assert held and all(seg.summary for seg in held)  # the background summariser wrote them
+
+        q = svc.encoder.encode(["topic3 and number 1013"], is_query=True)[0]
+        result = await svc.reads.ask("alice", "What about topic3 and number 1013?", q, category=4)
+        assert result.answer.text == "a short answer" and result.answer.evidence
+        assert {e.turn_id for e in result.answer.evidence} <= set(result.routed_turn_ids)
+        assert result.assistant_bill.calls > 0 and result.segments >= 1
+        hits, route = await svc.reads.search("alice", "number 1013", q, 3)
+        assert hits and route.activations
+
+        memories, total = await svc.ops.list_memories("alice", 0, 5)
+        assert total == 40 and len(memories) == 5
+        assert (await svc.ops.get_memory("alice", "t13")).text.startswith("turn 13")
+        gone = await svc.ops.delete_memory("alice", "t13")
+        assert gone.memories == 1 and gone.turns >= 1
+        with pytest.raises(NotFoundError):
+            await svc.ops.get_memory("alice", "t13")
+
+        lines = list(await svc.ops.export_user("alice", svc.encoder.dim))
+        plan = parse_import(lines, svc.encoder.dim)
+        with pytest.raises(ConflictError):
+            await svc.ops.import_user("alice", plan)  # alice holds memories
+        stored, segments = await svc.ops.import_user("bob", plan)
+        assert stored == 39 and segments >= 2
+        assert await svc.ops.health() == {"tier-0": True, "tier-1": True, "router-0": True, "assistants-0": True,
+                                         "assistants-1": True}
+        dropped = await svc.ops.delete_user("alice")
+        assert dropped.memories == 39 and (await svc.ops.list_memories("alice", 0, 5))[1] == 0
+        assert (await svc.ops.list_memories("bob", 0, 5))[1] == 39
+
+    asyncio.run(run())
+
+
+def test_the_classifier_reads_the_stream_context_and_decides_what_is_stored() -> None:
+    seen: list[list[np.ndarray]] = []
+
+    async def classify(chunks):
+        seen.append(chunks)
+        return [Decision("ADD" if i % 2 == 0 else "NOOP", "fact", 0.9 if i % 2 == 0 else 0.1)
+                for i in range(len(chunks))]
+
+    async def run() -> None:
+        svc = Service(classify)
+        first = await svc.post("u", _turns(3))
+        second = await svc.post("u", _turns(3, start=3))
+        assert first.admitted == [True, False, True] and sum(second.admitted) == 2
+        assert [len(c) for c in seen[1]] == [4, 5, 5]  # earlier turns of the stream come first (≤ 5 per chunk)
+        _, total = await tier(svc.shards, "u").list("u", 0, 10)
+        assert total == 4
+
+    asyncio.run(run())
