@@ -3,9 +3,9 @@
 ``Topology.start`` creates the actors or, when they exist (a restarted driver, a second ingress
 replica), attaches to them by name; ``Topology.connect`` only attaches. A tenant's tier shard and
 router are ``stable_hash(tenant) % n``; a segment's assistant actor is ``stable_hash(tenant/segment)
-% n``. With ``cluster.placement: round_robin`` actor ``i`` of each kind is pinned to alive node
-``i % nodes``. Actors restart after a crash (``cluster.max_restarts``); an actor whose node is gone
-cannot restart there and is revived on an alive node by the first caller that finds it dead
+% n`` (``actors.shards.Placement``). With ``cluster.placement: round_robin`` actor ``i`` of each kind
+is pinned to alive node ``i % nodes``. Actors restart after a crash (``cluster.max_restarts``); an actor
+whose node is gone cannot restart there and is revived on an alive node by the first caller that finds it dead
 (:meth:`Topology.revive`). What an actor held in memory is lost until the durability layer replays it.
 """
 
@@ -18,7 +18,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.remote import AssistantActor, RouterActor, TierShardActor
-from actors.shards import assistant_options, shard_counts, stable_hash
+from actors.shards import Placement, assistant_options, shard_counts
 from core.config import EngramConfig
 from core.errors import UnavailableError
 from serve.pool import PoolEngine, TokenizerCounter
@@ -111,19 +111,16 @@ class Topology:
                                            f"{config.cluster.namespace!r}; start the service first") from e
         return cls(config, actors)
 
-    # -- routing ---------------------------------------------------------------------------
-    def index(self, kind: str, tenant: str) -> int:
-        """Which actor of ``kind`` holds ``tenant`` (tier shards and routers)."""
-        return stable_hash(tenant) % len(self.actors[kind])
+    # -- placement (``actors.shards.Placement``: the pipelines place tenants the same way) ------------
+    @property
+    def placement(self) -> Placement:
+        return Placement({kind: len(handles) for kind, handles in self.actors.items()})
 
     def tier_for(self, tenant: str) -> Any:
-        return self.tiers[self.index("tier", tenant)]
+        return self.tiers[self.placement.tier_index(tenant)]
 
     def router_for(self, tenant: str) -> Any:
-        return self.routers[self.index("router", tenant)]
-
-    def assistant_index(self, tenant: str, segment_id: int) -> int:
-        return stable_hash(f"{tenant}/{segment_id}") % len(self.assistants)
+        return self.routers[self.placement.router_index(tenant)]
 
     def all(self) -> dict[str, Any]:
         """``{name: handle}`` of every actor."""

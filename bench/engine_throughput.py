@@ -1,7 +1,7 @@
 """Throughput of a generation engine: one request at a time vs one batch of 8 (numbers in docs/engine.md).
 
-    python -m serve.engine_bench --backend transformers
-    ../shared/bin/loopback-only env VLLM_HOST_IP=127.0.0.1 python -m serve.engine_bench --backend vllm
+    python -m bench.engine_throughput --backend transformers
+    ../shared/bin/loopback-only env VLLM_HOST_IP=127.0.0.1 python -m bench.engine_throughput --backend vllm
 
 Completion tokens per second of wall time (prefill included), greedy, ``--max-tokens`` per request,
 after one warm-up call. Prompts ask for lists so most completions run to the token cap.
