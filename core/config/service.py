@@ -51,8 +51,9 @@ class ClusterConfig(Section):
     max_restarts: int = Field(-1, ge=-1, description="Ray restarts of a crashed actor (-1: forever).")
     placement: Literal["round_robin", "spread", "default"] = Field(
         "round_robin",
-        description="'round_robin': actor i of each kind prefers alive node i % nodes (soft affinity: a restart "
-        "may land elsewhere); 'spread': Ray's SPREAD strategy (best effort); 'default': Ray decides.",
+        description="'round_robin': actor i of each kind is pinned to alive node i % nodes (hard affinity; when that "
+        "node is gone the first caller revives the actor on an alive one); 'spread': Ray's SPREAD strategy (best "
+        "effort); 'default': Ray decides.",
     )
     summaries: bool = Field(
         True,
