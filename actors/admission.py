@@ -226,7 +226,7 @@ def load_backbone(name_or_path: str, cache_dir: str | Path | None = None, device
     names are resolved and converted)."""
     from transformers import AutoModelForCausalLM
 
-    from core.smollm import resolve_model
+    from core.model_store import resolve_model
 
     path = resolve_model(name_or_path, cache_dir)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))

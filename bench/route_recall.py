@@ -41,7 +41,7 @@ from bench.common import emit_json, parse_int_list, setup_logging
 from cluster.embedding_cache import embed_cached
 from cluster.locomo_data import Conversation, Question, load_locomo, split
 from core.config import RouterConfig, load_config
-from core.smollm import converted_dir
+from core.model_store import converted_dir, known
 from serve.embedder import Embedder
 
 CATEGORIES = (1, 2, 3, 4)
@@ -76,7 +76,7 @@ class CachedEncoder:
 
 def token_counter(cache_dir: Path) -> tuple[Callable[[str], int], str]:
     """SmolLM2's tokenizer when the converted model is cached, else the segmenter's estimate."""
-    path = converted_dir(cache_dir) / "tokenizer.json"
+    path = converted_dir(known("smollm2-135m"), cache_dir) / "tokenizer.json"
     if not path.is_file():
         return estimate_tokens, "estimate"
     from tokenizers import Tokenizer

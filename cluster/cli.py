@@ -10,6 +10,7 @@
     engram memories U | forget U MEMORY_ID | delete-user U | health
     engram export U [-o FILE] | import U FILE             a user's memory as JSON Lines, and back
     engram keys create --tenant U [--admin] [--name N]    an API key, printed once (keys list | keys revoke KEY_ID)
+    engram models fetch qwen2.5-coder-1.5b                download, verify and convert a model (models list)
     engram bench locomo --quick                           python -m bench.locomo --quick
 
 Exit codes: 0 done; 1 the service answered with an error (printed as ``error (<status> <type>): <message>``),
@@ -40,6 +41,7 @@ from pydantic import ValidationError
 from cluster.cli_common import _brief, _Context, _fail
 from cluster.cli_ingest import DEFAULT_BATCH, _cmd_ingest_jsonl, _cmd_ingest_locomo
 from cluster.cli_keys import _cmd_keys_create, _cmd_keys_list, _cmd_keys_revoke
+from cluster.cli_models import _cmd_models_fetch, _cmd_models_list
 from cluster.cli_queries import (
     _cmd_ask,
     _cmd_delete_user,
@@ -238,6 +240,18 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("health", help="service health (exit 1 when degraded)")
     s.add_argument("--json", action="store_true", help="print the reply as JSON")
     s.set_defaults(run=_cmd_health)
+
+    models = sub.add_parser("models", help="the registry's models in the local store (no service needed)")
+    models = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
+    s = models.add_parser("fetch", help="download a model's parts, assemble, verify its SHA-256, convert (once)")
+    s.add_argument("name", help="a registry name (see `engram models list`)")
+    s.add_argument("--cache-dir", type=Path, default=None, help="engram cache root (default: paths.cache_dir)")
+    s.add_argument("--no-convert", action="store_true", help="stop at the verified GGUF (no HF folder)")
+    s.set_defaults(run=_cmd_models_fetch)
+    s = models.add_parser("list", help="known models and whether each is absent, verified or converted here")
+    s.add_argument("--cache-dir", type=Path, default=None, help="engram cache root (default: paths.cache_dir)")
+    s.add_argument("--json", action="store_true", help="print the rows as JSON")
+    s.set_defaults(run=_cmd_models_list)
 
     keys = sub.add_parser("keys", help="API keys (the keys file; no service needed)").add_subparsers(
         dest="keys_command", required=True, metavar="ACTION")

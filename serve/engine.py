@@ -27,7 +27,7 @@ from typing import Any
 
 from core.config import EngineConfig
 from core.generation import GenerationEngine, GenerationRequest, GenerationResult
-from core.smollm import resolve_model
+from core.model_store import resolve_model
 
 log = logging.getLogger(__name__)
 

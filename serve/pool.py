@@ -139,7 +139,7 @@ class TokenizerCounter:
     def _load(self) -> Any:
         from transformers import AutoTokenizer
 
-        from core.smollm import resolve_model
+        from core.model_store import resolve_model
 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.model, self.cache_dir))
         return functools.lru_cache(maxsize=1 << 16)(lambda t: len(tokenizer(t, add_special_tokens=False).input_ids))

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from core.smollm import PACKAGED_SMOLLM2
+from core.config.models import PACKAGED_SMOLLM2
 
 
 class EngineConfig(BaseModel):

@@ -15,7 +15,8 @@ import torch
 
 from actors.admission import SETTINGS_FILE, WEIGHTS_FILE, AdmissionClassifier, AdmissionModel, load_backbone
 from core.config import load_config
-from core.smollm import PACKAGED_SMOLLM2, resolve_model
+from core.config.models import PACKAGED_SMOLLM2
+from core.model_store import resolve_model
 
 
 @pytest.fixture(scope="module")

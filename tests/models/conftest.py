@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from core.config import EngineConfig
-from core.smollm import PACKAGED_SMOLLM2, resolve_model
+from core.config.models import PACKAGED_SMOLLM2
+from core.model_store import resolve_model
 from serve.engine import TransformersEngine, VLLMEngine
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from actors.admission import AdmissionClassifier, AdmissionModel, ChunkStream, load_backbone, pad_chunks
-from core.smollm import PACKAGED_SMOLLM2
+from core.config.models import PACKAGED_SMOLLM2
 
 pytestmark = pytest.mark.model
 

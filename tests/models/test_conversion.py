@@ -9,20 +9,23 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.smollm import MARKER, PACKAGED_SMOLLM2, convert, converted_dir, is_converted, resolve_model
+from core.config.models import PACKAGED_SMOLLM2
+from core.model_store import MARKER, convert, converted_dir, is_converted, known, resolve_model
+
+SMOLLM2 = known(PACKAGED_SMOLLM2)
 
 pytestmark = pytest.mark.model
 
 
 def test_conversion_is_complete_and_reused(smollm_dir: Path) -> None:
-    assert smollm_dir == converted_dir()
+    assert smollm_dir == converted_dir(SMOLLM2)
     assert is_converted(smollm_dir)
     names = {p.name for p in smollm_dir.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json", MARKER} <= names
-    assert json.loads((smollm_dir / MARKER).read_text())["source_bytes"] > 90_000_000
+    assert json.loads((smollm_dir / MARKER).read_text()).get("format_version") == 1
     marker_mtime = (smollm_dir / MARKER).stat().st_mtime_ns
     t0 = time.perf_counter()
-    assert resolve_model(PACKAGED_SMOLLM2) == str(convert()) == str(smollm_dir)
+    assert resolve_model(PACKAGED_SMOLLM2) == str(convert(SMOLLM2)) == str(smollm_dir)
     assert time.perf_counter() - t0 < 1.0  # a finished conversion is not redone
     assert (smollm_dir / MARKER).stat().st_mtime_ns == marker_mtime
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-import core.smollm as smollm
+import core.model_store as model_store
 from core.config import EngineConfig
+from core.config.models import KNOWN_MODELS, PACKAGED_SMOLLM2
 from core.generation import GenerationRequest, GenerationResult, TokenBill
 from serve.engine import cpu_ranges, vllm_env
 
@@ -60,8 +61,11 @@ def test_vllm_env_keeps_variables_already_set(monkeypatch: pytest.MonkeyPatch) -
     }
 
 
+SMOLLM2 = KNOWN_MODELS["smollm2-135m"]
+
+
 def test_engine_config_is_strict() -> None:
-    assert EngineConfig().model == smollm.PACKAGED_SMOLLM2
+    assert EngineConfig().model == PACKAGED_SMOLLM2
     for kwargs in (
         {"backend": "llamacpp"},
         {"max_model_len": 0},
@@ -75,13 +79,13 @@ def test_engine_config_is_strict() -> None:
 
 def test_resolve_model_passes_other_names_through(tmp_path: Path) -> None:
     assert (
-        smollm.resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct", tmp_path)
+        model_store.resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct", tmp_path)
         == "HuggingFaceTB/SmolLM2-135M-Instruct"
     )
-    assert smollm.resolve_model(str(tmp_path), tmp_path) == str(tmp_path)
+    assert model_store.resolve_model(str(tmp_path), tmp_path) == str(tmp_path)
     with pytest.raises(ValueError, match="unknown packaged model"):
-        smollm.resolve_model("packaged:Llama-70B", tmp_path)
-    assert smollm.converted_dir(tmp_path) == tmp_path / "models" / "SmolLM2-135M-Instruct"
+        model_store.resolve_model("packaged:Llama-70B", tmp_path)
+    assert model_store.converted_dir(SMOLLM2, tmp_path) == tmp_path / "models" / "SmolLM2-135M-Instruct"
 
 
 def test_convert_redoes_a_half_written_dir_and_skips_a_finished_one(
@@ -89,23 +93,23 @@ def test_convert_redoes_a_half_written_dir_and_skips_a_finished_one(
 ) -> None:
     calls: list[Path] = []
 
-    def fake_convert_into(gguf: Path, out: Path) -> None:  # stands in for the 30 s GGUF conversion
+    def fake_convert_into(gguf: Path, out: Path, architecture: str) -> None:  # stands in for the GGUF conversion
         calls.append(out)
         out.mkdir(parents=True)
         (out / "config.json").write_text("{}")
 
-    gguf = tmp_path / smollm.GGUF_NAME
+    gguf = tmp_path / SMOLLM2.file
     gguf.write_bytes(b"GGUF")
-    monkeypatch.setattr(smollm, "_convert_into", fake_convert_into)
-    monkeypatch.setattr(smollm, "packaged_gguf", lambda: gguf)
-    target = smollm.converted_dir(tmp_path)
+    monkeypatch.setattr(model_store, "_convert_into", fake_convert_into)
+    monkeypatch.setattr(model_store, "source_file", lambda model, cache_dir=None: gguf)
+    target = model_store.converted_dir(SMOLLM2, tmp_path)
     target.mkdir(parents=True)
     (target / "model.safetensors").write_text("truncated")  # an interrupted earlier run: no marker
 
-    assert smollm.resolve_model(smollm.PACKAGED_SMOLLM2, tmp_path) == str(target)
+    assert model_store.resolve_model(PACKAGED_SMOLLM2, tmp_path) == str(target)
     assert len(calls) == 1 and not (target / "model.safetensors").exists()
-    assert json.loads((target / smollm.MARKER).read_text())["source_bytes"] == 4
+    assert json.loads((target / model_store.MARKER).read_text())["model"] == "smollm2-135m"
     assert sorted(p.name for p in target.parent.iterdir()) == ["SmolLM2-135M-Instruct"]  # no temp dir left
 
-    assert smollm.convert(tmp_path) == target and len(calls) == 1  # finished: skipped
-    assert smollm.convert(tmp_path, force=True) == target and len(calls) == 2
+    assert model_store.convert(SMOLLM2, tmp_path) == target and len(calls) == 1  # finished: skipped
+    assert model_store.convert(SMOLLM2, tmp_path, force=True) == target and len(calls) == 2
