@@ -17,7 +17,7 @@ import asyncio
 import functools
 import hashlib
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from actors.episodic_router import line_terms
@@ -25,7 +25,7 @@ from actors.segmenter import estimate_tokens
 from actors.tenant_assistants import TenantAssistants
 from actors.tenant_episodes import TenantEpisodes
 from actors.tenant_tiers import TenantTiers
-from core.config import EngramConfig
+from core.config import EngramConfig, Role
 from core.generation import GenerationEngine
 
 T = TypeVar("T")
@@ -134,19 +134,21 @@ def shard_counts(config: EngramConfig) -> dict[Kind, int]:
 
 class LocalShards(Placement):
     """The configured topology's cores as in-process objects (plain cores, no Ray): the service's pipelines in one
-    process, with the tenants and segments placed on the same cores as in the cluster.
+    process, with the tenants and segments placed on the same cores as in the cluster. ``engines``: the engine of
+    each role (the assistants use the assistant and summary ones); ``count_tokens``: the router's segment sizes.
 
     NOTE: each call runs in a worker thread (an engine may block, e.g. a Serve handle's ``result()``, which refuses
     to run inside an event loop), one call at a time: the cores and a local engine are not thread-safe.
     """
 
-    def __init__(self, config: EngramConfig, *, dim: int, engine: GenerationEngine,
+    def __init__(self, config: EngramConfig, *, dim: int, engines: Mapping[Role, GenerationEngine],
                  count_tokens: Callable[[str], int] = estimate_tokens) -> None:
         super().__init__(shard_counts(config))
         make: dict[Kind, Callable[[], Any]] = {
             "tier": lambda: TenantTiers(config.tiers, dim),
             "router": lambda: TenantEpisodes(config, dim, count_tokens=count_tokens),
-            "assistants": lambda: TenantAssistants(engine, **assistant_options(config)),
+            "assistants": lambda: TenantAssistants(engines["assistant"], summary_engine=engines["summary"],
+                                                   **assistant_options(config)),
         }
         self.cores: dict[Kind, list[Any]] = {kind: [make[kind]() for _ in range(n)] for kind, n in self.counts.items()}
         self._one_at_a_time = threading.Lock()

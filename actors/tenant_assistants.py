@@ -43,8 +43,10 @@ class TenantAssistants:
 
     durable_state = "_hosts"  # the tenant data a snapshot holds (actors/durable.py)
 
-    def __init__(self, engine: GenerationEngine, *, summary_max_tokens: int = 48, **host_options: Any) -> None:
-        self.engine = engine
+    def __init__(self, engine: GenerationEngine, *, summary_engine: GenerationEngine | None = None,
+                 summary_max_tokens: int = 48, **host_options: Any) -> None:
+        self.engine = engine  # evidence extraction (the assistant role's model)
+        self.summary_engine = summary_engine or engine  # segment summaries (the summary role's model)
         self.host_options = host_options  # AssistantHost's: evidence_per_segment, method, shortlist, terms
         self.summary_max_tokens = summary_max_tokens
         self._hosts: dict[str, AssistantHost] = {}
@@ -119,7 +121,7 @@ class TenantAssistants:
         segs = [(t, s) for t, s in segs if s.lines]
         if not segs:
             return {}, TokenBill()
-        results = self.engine.generate([summary_request(s, self.summary_max_tokens) for _, s in segs])
+        results = self.summary_engine.generate([summary_request(s, self.summary_max_tokens) for _, s in segs])
         out: dict[str, dict[int, str]] = {}
         for (tenant, seg), res in zip(segs, results, strict=True):
             seg.summary = res.text.strip()

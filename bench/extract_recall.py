@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
     encoder = CachedEncoder(Embedder(cfg.embedder), cfg.paths.cache_dir)
     from serve.engine import build_engine
 
-    engine = build_engine(cfg.engine.model_copy(update={"cache_dir": str(cfg.paths.cache_dir)}))
+    engine = build_engine(cfg.engine_for("assistant").model_copy(update={"cache_dir": str(cfg.paths.cache_dir)}))
     ep, terms = cfg.episodic, line_terms(cfg.router)
     names = [kind if size is None else f"{kind}:{size}" for kind, size in settings]
     recall = {(n, c): [] for n in names for c in caps}
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
              "seconds_p50": round(float(np.median(seconds[n])), 3)} for n in names]
     payload = {"split": "train", "conversations": len(conversations), "questions": len(routed_recall),
                "limit": args.limit, "categories": list(CATEGORIES), "counter": counter,
-               "engine": {"backend": cfg.engine.backend, "model": cfg.engine.model},
+               "engine": {"backend": cfg.engine.backend, "model": cfg.model_for("assistant")},
                "routed_recall": round(float(np.mean(routed_recall)), 4), "results": rows}
     out_dir = Path(cfg.paths.results_dir) / "extract_recall"
     out_dir.mkdir(parents=True, exist_ok=True)

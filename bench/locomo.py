@@ -52,7 +52,7 @@ from bench.common import emit_json, parse_int_list, percentiles_ms, setup_loggin
 from bench.locomo_report import write_report
 from bench.locomo_score import CATEGORIES, aggregate, emem_f1, official_f1
 from cluster.locomo_data import SPLITS, Conversation, Question, Turn, load_locomo, split
-from core.config import REPO_ROOT, EngramConfig, load_config
+from core.config import REPO_ROOT, ROLES, EngramConfig, load_config
 from core.generation import TokenBill
 
 SYSTEMS = ("engram", "rag", "full_context", "direct_read")
@@ -328,31 +328,37 @@ def f1_by_evidence_read(rows: Sequence[dict]) -> dict[str, dict[str, float | int
 
 # -- the run ---------------------------------------------------------------------------------
 class _Models:
-    """Encoder and engine, loaded on first use, so that a fully cached run loads no model."""
+    """Encoder and engines (one per distinct model of the roles), loaded on first use, so that a fully cached run
+    loads no model. ``engine`` is what the systems get: one engine for all roles, or ``{role: engine}``."""
 
     def __init__(self, cfg: EngramConfig, encoder: Any, engine: Any, *, load: bool) -> None:
         self.cfg, self.encoder, self.engine, self.load = cfg, encoder, engine, load
-        self.loaded = self.owns_engine = False
+        self.loaded = False
+        self.owned: list[Any] = []
 
     def get(self) -> tuple[Any, Any]:
         if self.load and not self.loaded:
             from serve.embedder import Embedder
             from serve.engine import build_engine
 
-            ecfg = engine_config(self.cfg)
-            if ecfg.cache_dir is None:
-                ecfg = ecfg.model_copy(update={"cache_dir": str(self.cfg.paths.cache_dir)})
             if self.encoder is None:
                 self.encoder = Embedder(self.cfg.embedder)
             if self.engine is None:
-                self.engine = build_engine(ecfg)
-                self.owns_engine = True
+                by_model: dict[str, Any] = {}
+                for role in ROLES:
+                    ecfg = self.cfg.engine_for(role)
+                    if ecfg.cache_dir is None:
+                        ecfg = ecfg.model_copy(update={"cache_dir": str(self.cfg.paths.cache_dir)})
+                    if ecfg.model not in by_model:
+                        by_model[ecfg.model] = build_engine(ecfg)
+                        self.owned.append(by_model[ecfg.model])
+                self.engine = {role: by_model[self.cfg.model_for(role)] for role in ROLES}
             self.loaded = True
         return self.encoder, self.engine
 
     def close(self) -> None:
-        if self.owns_engine:
-            self.engine.close()
+        for engine in self.owned:
+            engine.close()
 
 
 def run_system(name: str, convs: Sequence[Conversation], selection: dict[str, list[tuple[int, Question]]],

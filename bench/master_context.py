@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from serve.engine import build_engine
 
-    engine = build_engine(cfg.engine.model_copy(update={"cache_dir": str(cfg.paths.cache_dir)}))
+    engine = build_engine(cfg.engine_for("master").model_copy(update={"cache_dir": str(cfg.paths.cache_dir)}))
     ep = cfg.episodic
     master = Master(engine, ep)
     scored: dict[str, list[dict]] = {name: [] for name in contexts}
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> dict:
                     scored[name].append(out)
             # NOTE: written after every conversation, so a run cut short still leaves its numbers
             payload = report(convs[:done], picked, scored, caches, out_dir, limit=args.limit, categories=categories,
-                             engine={"backend": cfg.engine.backend, "model": cfg.engine.model})
+                             engine={"backend": cfg.engine.backend, "model": cfg.model_for("master")})
     finally:
         engine.close()
     print((out_dir / "results.md").read_text(), file=sys.stderr)

@@ -16,7 +16,7 @@ All four answer with the same master prompts (``actors/master.py``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,12 +30,13 @@ from actors.shards import LocalShards
 from actors.summariser import Summariser
 from actors.write_path import WritePath, turn_records
 from cluster.cli_ingest import DEFAULT_BATCH, locomo_batches
-from core.config import EngramConfig
+from core.config import ROLES, EngramConfig, Role
 from core.evidence import Evidence, dedupe_evidence
 from core.generation import GenerationEngine, TokenBill
 
 SYSTEMS = ("engram", "rag", "full_context", "direct_read")
 TENANT = "locomo"
+Engines = GenerationEngine | Mapping[Role, GenerationEngine]
 
 
 @dataclass
@@ -57,19 +58,27 @@ def _answer(res: MasterAnswer, routed: list[str], segments: int, assistant_bill:
                   res.bill)
 
 
-class InProcessService:
-    """The service's write path, summariser and read path over one in-process core of each kind, for one tenant.
+def per_role(engine: Engines) -> dict[Role, GenerationEngine]:
+    """One engine for every role, or the engine of each role as given."""
+    return dict(engine) if isinstance(engine, Mapping) else dict.fromkeys(ROLES, engine)
 
-    ``count`` counts tokens as the service's router and master do (the engine model's tokenizer)."""
+
+class InProcessService:
+    """The service's write path, summariser and read path over the configured topology's cores, in process, for
+    one tenant. ``engine``: one for all roles or one per role; ``counters``: token counts per role (default: each
+    engine's tokenizer, as the service counts with its pool model's)."""
 
     name = "engram"
 
-    def __init__(self, config: EngramConfig, *, encoder: Encoder, engine: GenerationEngine,
-                 count: Any = None, batch: int = DEFAULT_BATCH, tenant: str = TENANT) -> None:
+    def __init__(self, config: EngramConfig, *, encoder: Encoder, engine: Engines,
+                 counters: Mapping[Role, Callable[[str], int]] | None = None, batch: int = DEFAULT_BATCH,
+                 tenant: str = TENANT) -> None:
         self.config, self.encoder, self.batch, self.tenant = config, encoder, batch, tenant
-        count = count or token_counter(engine)
-        self.shards = LocalShards(config, dim=encoder.dim, engine=engine, count_tokens=count)
-        self.master = Master(engine, config.episodic, count)
+        engines = per_role(engine)
+        count = {r: (counters or {}).get(r) or token_counter(engines[r]) for r in ROLES}
+        # NOTE: segments are sized in the assistants' tokens, the master's prompt in the master's (as in the service)
+        self.shards = LocalShards(config, dim=encoder.dim, engines=engines, count_tokens=count["assistant"])
+        self.master = Master(engines["master"], config.episodic, count["master"])
         # NOTE: store-all admission (classify=None): the benchmark measures episodic memory, not admission
         self.writes = WritePath(config, self.shards, self._embed, None)
         self.summariser = Summariser(config.cluster, self.shards, self._embed)
@@ -124,9 +133,9 @@ class RagBaseline:
 
     name = "rag"
 
-    def __init__(self, config: EngramConfig, *, encoder: Encoder, engine: GenerationEngine) -> None:
+    def __init__(self, config: EngramConfig, *, encoder: Encoder, engine: Engines) -> None:
         self.config, self.encoder = config, encoder
-        self.master = Master(engine, config.episodic)
+        self.master = Master(per_role(engine)["master"], config.episodic)
 
     def ingest(self, turns: Sequence[Any]) -> None:
         self.turns = list(turns)
@@ -149,8 +158,8 @@ class FullContextBaseline:
 
     name = "full_context"
 
-    def __init__(self, config: EngramConfig, *, encoder: Encoder, engine: GenerationEngine) -> None:
-        self.master = Master(engine, config.episodic)
+    def __init__(self, config: EngramConfig, *, encoder: Encoder, engine: Engines) -> None:
+        self.master = Master(per_role(engine)["master"], config.episodic)
 
     def ingest(self, turns: Sequence[Any]) -> None:
         self.turns = list(turns)
@@ -166,8 +175,8 @@ def _minmax(x: np.ndarray) -> np.ndarray:
     return (x - x.min()) / span if span > 0 else np.zeros_like(x, dtype=np.float64)
 
 
-def build_system(name: str, config: EngramConfig, *, encoder: Encoder, engine: GenerationEngine) -> Any:
-    """A fresh system for one conversation."""
+def build_system(name: str, config: EngramConfig, *, encoder: Encoder, engine: Engines) -> Any:
+    """A fresh system for one conversation (``engine``: one for all roles, or one per role)."""
     if name == "engram":
         return InProcessService(config, encoder=encoder, engine=engine)
     if name == "direct_read":

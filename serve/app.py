@@ -5,9 +5,10 @@ configs/serve-gpu.yaml); ``args`` validates as :class:`serve.args.AppArgs`. The 
 once here and handed to every deployment as plain data.
 
 Deployments: ``MemoryAPI`` (FastAPI ingress) -> ``Embedder``, ``Admission`` (when
-``admission.mode == 'classifier'``), ``Master`` -> ``LLMPool``; the stateful actors (tier shards,
-routers, assistants) are created by the ingress on first use (``serve.topology``) and call
-``LLMPool`` too.
+``admission.mode == 'classifier'``), ``Master`` -> an LLM pool; one ``LLMPool`` deployment per distinct
+model of the roles (``models.assistant`` / ``master`` / ``summary``, ``serve.pool.pools``; roles that name
+the same model share it). The stateful actors (tier shards, routers, assistants) are created by the ingress
+on first use (``serve.topology``) and call their roles' pools too.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from core.config import EngramConfig, load_config
 from serve.args import AppArgs, DeploymentArgs
 from serve.deployments import AdmissionService, EmbedderService, MasterService
 from serve.ingress import MemoryAPI, app
-from serve.pool import LLM_POOL, LLMPool
+from serve.pool import LLMPool, pools
 
 
 def _options(d: DeploymentArgs) -> dict[str, Any]:
@@ -34,6 +35,15 @@ def _options(d: DeploymentArgs) -> dict[str, Any]:
 
 def check_ready(config: EngramConfig) -> None:
     """Fail fast, before any replica starts, on what would only fail later inside one."""
+    from core import model_store
+
+    for engine, roles in pools(config).values():
+        model = model_store.known(engine.model)
+        if model is not None and model_store.state(model, engine.cache_dir) == "absent":
+            raise FileNotFoundError(
+                f"{'/'.join(roles)} role(s) use {model.name}, which is not in {model_store.store(engine.cache_dir)}: "
+                f"fetch it once with `engram models fetch {model.name}` ({model.size / 2**30:.1f} GiB download)"
+            )
     if config.admission.mode == "classifier":
         from actors.admission import require_weights, weights_dir
 
@@ -55,14 +65,15 @@ def build_app(args: AppArgs | dict[str, Any]) -> Application:
     config = load_config(args.profile, args.config)
     check_ready(config)
     data = config.model_dump(mode="json")
-    llm = serve.deployment(LLMPool, name=LLM_POOL, **_options(args.llm)).bind(data["engine"])
+    llms = [serve.deployment(LLMPool, name=name, **_options(args.llm_pools.get(roles[0], args.llm)))
+            .bind(engine.model_dump(mode="json")) for name, (engine, roles) in pools(config).items()]
     embedder = serve.deployment(EmbedderService, name="Embedder", **_options(args.embedder)).bind(data)
     master = serve.deployment(MasterService, name="Master", **_options(args.master)).bind(data)
     admission = None
     if config.admission.mode == "classifier":
         admission = serve.deployment(AdmissionService, name="Admission", **_options(args.admission)).bind(data)
     ingress = serve.deployment(serve.ingress(app)(MemoryAPI), name="MemoryAPI", **_options(args.ingress))
-    # NOTE: LLMPool is bound into the graph through the ingress so that Serve deploys it; assistants and the
-    # master reach it by name (serve.get_deployment_handle, in the application they run in: the replica
+    # NOTE: the LLM pools are bound into the graph through the ingress so that Serve deploys them; assistants and
+    # the master reach them by name (serve.get_deployment_handle, in the application they run in: the replica
     # context names it), since actors are not part of the graph.
-    return ingress.bind(data, embedder, master, admission, llm)
+    return ingress.bind(data, embedder, master, admission, llms)

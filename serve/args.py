@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,6 +34,13 @@ class AppArgs(BaseModel):
     embedder: DeploymentArgs = Field(default_factory=DeploymentArgs, description="Sentence embedder.")
     admission: DeploymentArgs = Field(default_factory=DeploymentArgs, description="Admission classifier.")
     llm: DeploymentArgs = Field(
-        default_factory=DeploymentArgs, description="Small-model pool (vLLM) every assistant and the master call."
+        default_factory=DeploymentArgs,
+        description="Each LLM pool (one per distinct model of the roles assistant / master / summary), unless "
+        "llm_pools sets it.",
+    )
+    llm_pools: dict[Literal["assistant", "master", "summary"], DeploymentArgs] = Field(
+        default_factory=dict,
+        description="Replicas/resources of the pool that serves a role's model (keyed by the first role, in "
+        "assistant, master, summary order, that names the model), e.g. {master: {num_gpus: 1}}.",
     )
     master: DeploymentArgs = Field(default_factory=DeploymentArgs, description="Master aggregation.")

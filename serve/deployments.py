@@ -71,8 +71,8 @@ class MasterService:
 
     def __init__(self, config: dict[str, Any]) -> None:
         cfg = EngramConfig.model_validate(config)
-        engine = PoolEngine.for_config(cfg.engine, serve.get_replica_context().app_name)
-        count = TokenizerCounter(cfg.engine)
+        engine = PoolEngine.for_role(cfg, "master", serve.get_replica_context().app_name)
+        count = TokenizerCounter(cfg.engine_for("master"))
         count("warm up")  # NOTE: load the tokenizer now, not under the first requests
         self.master = Master(engine, cfg.episodic, count)
 

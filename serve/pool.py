@@ -18,11 +18,11 @@ from typing import Any
 
 from ray import serve
 
-from core.config import EngineConfig
+from core.config import ROLES, EngineConfig, EngramConfig, Role
 from core.generation import GenerationRequest, GenerationResult
 from serve.engine import build_engine
 
-LLM_POOL = "LLMPool"
+LLM_POOL = "LLMPool"  # the pool of the assistants' model; a pool of another model is "LLMPool-<role>"
 _LOAD_LOCK = threading.Lock()
 
 
@@ -88,6 +88,24 @@ class LLMPool:
             engine.close()
 
 
+def pools(config: EngramConfig) -> dict[str, tuple[EngineConfig, tuple[Role, ...]]]:
+    """One LLM pool per distinct model: ``{deployment name: (its engine config, the roles it serves)}``.
+
+    The assistants' model's pool is :data:`LLM_POOL`; another model's pool is named after the first role (in
+    ``assistant, master, summary`` order) that names it, e.g. ``LLMPool-master``."""
+    by_model: dict[str, list[Role]] = {}
+    for role in ROLES:
+        by_model.setdefault(config.model_for(role), []).append(role)
+    return {(LLM_POOL if roles[0] == "assistant" else f"{LLM_POOL}-{roles[0]}"): (config.engine_for(roles[0]),
+                                                                               tuple(roles))
+            for roles in by_model.values()}
+
+
+def pool_name(config: EngramConfig, role: Role) -> str:
+    """The deployment that serves ``role``'s model."""
+    return next(name for name, (_, roles) in pools(config).items() if role in roles)
+
+
 class PoolEngine:
     """A ``GenerationEngine`` that runs on the pool deployment (blocking; call it outside an event loop)."""
 
@@ -99,9 +117,11 @@ class PoolEngine:
         self._handle: Any = None
 
     @classmethod
-    def for_config(cls, config: EngineConfig, app_name: str) -> PoolEngine:
-        """The pool of ``app_name`` as the engine ``config`` describes it (vLLM honours regex constraints)."""
-        return cls(app_name, max_model_len=config.max_model_len, supports_regex=config.backend == "vllm")
+    def for_role(cls, config: EngramConfig, role: Role, app_name: str) -> PoolEngine:
+        """The pool of ``app_name`` that serves ``role``'s model (vLLM honours regex constraints)."""
+        engine = config.engine_for(role)
+        return cls(app_name, max_model_len=engine.max_model_len, supports_regex=engine.backend == "vllm",
+                   deployment=pool_name(config, role))
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_handle": None}

@@ -87,11 +87,14 @@ class Topology:
         if kind == "tier":
             return TierShardActor.options(**options).remote(config.tiers, self.dim, **journal)
         if kind == "router":
-            return RouterActor.options(**options).remote(config, self.dim, count_tokens=TokenizerCounter(config.engine),
-                                                         **journal)
+            # NOTE: segments are sized in the assistants' tokens: a segment and its extraction prompt fit their window
+            count = TokenizerCounter(config.engine_for("assistant"))
+            return RouterActor.options(**options).remote(config, self.dim, count_tokens=count, **journal)
         options["max_concurrency"] = c.assistant_max_concurrency
         return AssistantActor.options(**options).remote(
-            PoolEngine.for_config(config.engine, self.app_name), **assistant_options(config), **journal)
+            PoolEngine.for_role(config, "assistant", self.app_name),
+            summary_engine=PoolEngine.for_role(config, "summary", self.app_name), **assistant_options(config),
+            **journal)
 
     def journal_dir(self, name: str) -> str | None:
         storage = self.config.cluster.storage_dir

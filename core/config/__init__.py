@@ -37,12 +37,14 @@ from core.config.memory import (
     TierConfig,
     TierMemoryConfig,
 )
+from core.config.models import ROLES, ModelsConfig, Role
 from core.config.service import AuthConfig, ClusterConfig, DataConfig, PathsConfig
 
 __all__ = [
     "BGL_ENTITY_PATTERNS", "CONFIG_DIR", "PACKAGED_MINILM", "REPO_ROOT", "SYNTHETIC_ENTITY_PATTERNS",
     "AdmissionConfig", "AuthConfig", "ClusterConfig", "DataConfig", "EmbedderConfig", "EngineConfig",
-    "EngramConfig", "EntityConfig", "EpisodicConfig", "EvictionConfig", "GateConfig", "PathsConfig",
+    "EngramConfig", "EntityConfig", "EpisodicConfig", "EvictionConfig", "GateConfig", "ModelsConfig", "PathsConfig",
+    "ROLES", "Role",
     "RerankConfig", "RouterConfig", "ScoringConfig", "Section", "TierConfig", "TierMemoryConfig",
     "deep_merge", "load_config", "profile_path",
 ]
@@ -61,6 +63,7 @@ class EngramConfig(BaseSettings):
     router: RouterConfig = Field(default_factory=RouterConfig)
     episodic: EpisodicConfig = Field(default_factory=EpisodicConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    models: ModelsConfig = Field(default_factory=ModelsConfig)
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
@@ -78,6 +81,14 @@ class EngramConfig(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # NOTE: environment first, so ENGRAM_* overrides what the YAML profile (passed as init) says.
         return env_settings, init_settings
+
+    def model_for(self, role: Role) -> str:
+        """The model ``role`` runs: ``models.<role>``, else ``engine.model``."""
+        return self.models.of(role) or self.engine.model
+
+    def engine_for(self, role: Role) -> EngineConfig:
+        """The engine section with ``role``'s model (what that role's LLM pool loads)."""
+        return self.engine.model_copy(update={"model": self.model_for(role)})
 
 
 def profile_path(profile: str | Path) -> Path:

@@ -79,14 +79,15 @@ KNOWN_MODELS: dict[str, KnownModel] = {m.name: m for m in (
 
 
 class ModelsConfig(Section):
-    """The model of each role: a registry name (:data:`KNOWN_MODELS`), a hub name or a local HF folder."""
+    """The model of each role: a registry name (:data:`KNOWN_MODELS`), a hub name or a local HF folder; None
+    (the default) is ``engine.model``. The engine section's other settings (backend, dtype, window) hold for all."""
 
-    assistant: str = Field(DEFAULT_MODEL, min_length=1,
-                           description="Assistants' evidence extraction: many calls per question (keep it small).")
-    master: str = Field(DEFAULT_MODEL, min_length=1,
-                        description="The master's answer: one call per question (the place for the capable model).")
-    summary: str = Field(DEFAULT_MODEL, min_length=1,
-                         description="One-line segment summaries (the router's global path), in the background.")
+    assistant: str | None = Field(
+        None, min_length=1, description="Assistants' evidence extraction: many calls per question (keep it small).")
+    master: str | None = Field(
+        None, min_length=1, description="The master's answer: one call per question (the place for a capable model).")
+    summary: str | None = Field(
+        None, min_length=1, description="One-line segment summaries (the router's global path), in the background.")
 
-    def of(self, role: Role) -> str:
+    def of(self, role: Role) -> str | None:
         return getattr(self, role)

@@ -16,7 +16,7 @@ import pytest
 from bench.systems import InProcessService
 from cluster.cli_ingest import DEFAULT_BATCH, locomo_batches
 from cluster.locomo_data import load_locomo
-from core.config import load_config
+from core.config import ROLES, load_config
 from serve.embedder import Embedder
 from serve.pool import PoolEngine, TokenizerCounter
 from tests.integration.conftest import ADMIN_KEY, auth_headers, service_args
@@ -51,8 +51,9 @@ def test_service_and_benchmark_answer_alike(client, service) -> None:
         assert r.status_code == 200, r.text
     _wait_for_summaries(client)
 
-    bench = InProcessService(cfg, encoder=Embedder(cfg.embedder), engine=PoolEngine.for_config(cfg.engine, "engram"),
-                             count=TokenizerCounter(cfg.engine), tenant=USER)
+    engines = {role: PoolEngine.for_role(cfg, role, "engram") for role in ROLES}
+    counters = {role: TokenizerCounter(cfg.engine_for(role)) for role in ROLES}
+    bench = InProcessService(cfg, encoder=Embedder(cfg.embedder), engine=engines, counters=counters, tenant=USER)
     bench.ingest(turns)
 
     for q in questions:

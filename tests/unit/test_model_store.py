@@ -11,6 +11,7 @@ import pytest
 
 from cluster import model_fetch
 from core import model_store
+from core.config import EngramConfig
 from core.config.models import KNOWN_MODELS, PACKAGED_SMOLLM2, KnownModel, ModelsConfig, WheelPart
 from core.model_store import ModelFileError
 
@@ -136,4 +137,20 @@ def test_the_registry_is_well_formed() -> None:
     assert model_store.resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
     with pytest.raises(ValueError, match="unknown packaged model"):
         model_store.resolve_model("packaged:Llama-70B")
-    assert ModelsConfig().of("master") == "smollm2-135m"
+    assert ModelsConfig().of("master") is None  # the engine section's model
+    cfg = EngramConfig(models={"master": "qwen2.5-coder-1.5b"})
+    assert cfg.model_for("master") == "qwen2.5-coder-1.5b" and cfg.model_for("assistant") == cfg.engine.model
+    assert cfg.engine_for("master").model == "qwen2.5-coder-1.5b"
+    assert cfg.engine_for("master").max_model_len == cfg.engine.max_model_len
+
+
+def test_roles_that_name_the_same_model_share_one_pool() -> None:
+    from serve.pool import LLM_POOL, pool_name, pools
+
+    one = EngramConfig()
+    assert list(pools(one)) == [LLM_POOL] and pools(one)[LLM_POOL][1] == ("assistant", "master", "summary")
+    two = EngramConfig(models={"master": "qwen2.5-coder-1.5b"})
+    assert {name: roles for name, (_, roles) in pools(two).items()} == {
+        LLM_POOL: ("assistant", "summary"), f"{LLM_POOL}-master": ("master",)}
+    assert pools(two)[f"{LLM_POOL}-master"][0].model == "qwen2.5-coder-1.5b"
+    assert pool_name(two, "summary") == LLM_POOL and pool_name(two, "master") == f"{LLM_POOL}-master"

@@ -22,7 +22,7 @@ from actors.tenant_export import parse_import
 from actors.tenant_ops import TenantOps
 from actors.tenant_tiers import TenantTiers
 from actors.write_path import WritePath, turn_records
-from core.config import EngramConfig
+from core.config import ROLES, EngramConfig
 from core.errors import ConflictError, NotFoundError
 from tests.doubles import HashingEncoder, ScriptedEngine
 
@@ -52,7 +52,7 @@ class Service:
         cfg.cluster.write_idle_s = 0.0
         cfg.cluster.summary_delay_s = 0.0
         self.config, self.encoder, self.engine = cfg, HashingEncoder(), ScriptedEngine()
-        self.shards = LocalShards(cfg, dim=self.encoder.dim, engine=self.engine)
+        self.shards = LocalShards(cfg, dim=self.encoder.dim, engines=dict.fromkeys(ROLES, self.engine))
         master = Master(self.engine, cfg.episodic)
 
         async def embed(texts):
