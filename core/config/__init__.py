@@ -37,7 +37,7 @@ from core.config.memory import (
     TierConfig,
     TierMemoryConfig,
 )
-from core.config.models import ROLES, ModelsConfig, Role
+from core.config.models import ALIASES, ROLES, ModelsConfig, Role
 from core.config.service import AuthConfig, ClusterConfig, DataConfig, PathsConfig
 
 __all__ = [
@@ -46,7 +46,7 @@ __all__ = [
     "EngramConfig", "EntityConfig", "EpisodicConfig", "EvictionConfig", "GateConfig", "ModelsConfig", "PathsConfig",
     "ROLES", "Role",
     "RerankConfig", "RouterConfig", "ScoringConfig", "Section", "TierConfig", "TierMemoryConfig",
-    "deep_merge", "load_config", "profile_path",
+    "deep_merge", "load_config", "profile_data", "profile_path",
 ]
 
 
@@ -83,8 +83,9 @@ class EngramConfig(BaseSettings):
         return env_settings, init_settings
 
     def model_for(self, role: Role) -> str:
-        """The model ``role`` runs: ``models.<role>``, else ``engine.model``."""
-        return self.models.of(role) or self.engine.model
+        """The model ``role`` runs: ``models.<role>``, else ``engine.model`` (an alias as its registry name)."""
+        name = self.models.of(role) or self.engine.model
+        return ALIASES.get(name, name)
 
     def engine_for(self, role: Role) -> EngineConfig:
         """The engine section with ``role``'s model (what that role's LLM pool loads)."""
@@ -114,16 +115,28 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_config(profile: str | Path | None = None, overrides: dict[str, Any] | None = None) -> EngramConfig:
-    """Load ``configs/<profile>.yaml`` (default: ``$ENGRAM_PROFILE`` or ``cpu``), ``overrides`` merged over it
-    (same keys as the YAML), plus ``ENGRAM_*`` environment overrides (which win)."""
-    profile = profile or os.environ.get("ENGRAM_PROFILE") or "cpu"
+def profile_data(profile: str | Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The YAML of a profile as a mapping; a profile that says ``extends: <profile>`` is merged over that one.
+
+    A profile's name is its file's stem (an extending profile keeps its own name)."""
     path = profile_path(profile)
     if not path.is_file():
         known = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
         raise FileNotFoundError(f"config profile {str(profile)!r} not found at {path} (known profiles: {known})")
+    if path.resolve() in seen:
+        raise ValueError(f"{path}: 'extends' loops back to it")
     data: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: top level must be a mapping")
+    base = data.pop("extends", None)
     data.setdefault("profile", path.stem)
+    if base is not None:
+        data = deep_merge(profile_data(base, (*seen, path.resolve())), data)
+    return data
+
+
+def load_config(profile: str | Path | None = None, overrides: dict[str, Any] | None = None) -> EngramConfig:
+    """Load ``configs/<profile>.yaml`` (default: ``$ENGRAM_PROFILE`` or ``cpu``; ``extends:`` followed),
+    ``overrides`` merged over it (same keys as the YAML), plus ``ENGRAM_*`` environment overrides (which win)."""
+    data = profile_data(profile or os.environ.get("ENGRAM_PROFILE") or "cpu")
     return EngramConfig(**deep_merge(data, overrides or {}))

@@ -139,7 +139,7 @@ def test_the_registry_is_well_formed() -> None:
         model_store.resolve_model("packaged:Llama-70B")
     assert ModelsConfig().of("master") is None  # the engine section's model
     cfg = EngramConfig(models={"master": "qwen2.5-coder-1.5b"})
-    assert cfg.model_for("master") == "qwen2.5-coder-1.5b" and cfg.model_for("assistant") == cfg.engine.model
+    assert cfg.model_for("master") == "qwen2.5-coder-1.5b" and cfg.model_for("assistant") == "smollm2-135m"  # alias
     assert cfg.engine_for("master").model == "qwen2.5-coder-1.5b"
     assert cfg.engine_for("master").max_model_len == cfg.engine.max_model_len
 
