@@ -70,7 +70,8 @@ def test_gpu_profile_validates_with_the_papers_settings():
     assert (cfg.cluster.tier_shards, cfg.cluster.assistant_actors, cfg.cluster.router_shards) == (8, 8, 2)
 
 
-@pytest.mark.parametrize("name, profile", [("serve-cpu.yaml", "cpu"), ("serve-gpu.yaml", "gpu")])
+@pytest.mark.parametrize("name, profile", [("serve-cpu.yaml", "cpu"), ("serve-cpu-quality.yaml", "cpu-quality"),
+                                           ("serve-gpu.yaml", "gpu")])
 def test_serve_config_args_validate(name, profile):
     config = _yaml(CONFIGS / name)
     (app,) = config["applications"]
