@@ -32,7 +32,7 @@ from serve import schemas as s
 from serve.actor_shards import ActorShards
 from serve.auth import ApiKey, KeyStore, permit
 from serve.errors import install_error_handlers
-from serve.metrics import Metrics
+from serve.metrics import METRICS
 from serve.middleware import API_KEY, ApiKeyCheck
 from serve.topology import Topology
 
@@ -46,8 +46,7 @@ app = FastAPI(
     responses={422: {"model": s.ErrorBody}, 503: {"model": s.ErrorBody}},
 )
 install_error_handlers(app)
-METRICS = Metrics()
-middleware.install(app, METRICS)
+middleware.install(app)
 
 
 def authorize(key: ApiKey | None, tenant: str | None, admin: bool = False) -> None:

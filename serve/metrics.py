@@ -20,3 +20,8 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+# NOTE: the replica's one set of metrics, at module level: Serve pickles the ingress app, and code that refers to
+# this name (the middleware, the endpoints) is pickled by reference, so every part counts into the same object.
+METRICS = Metrics()

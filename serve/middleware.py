@@ -18,7 +18,7 @@ from fastapi.security.utils import get_authorization_scheme_param
 from core.errors import EngramError, UnavailableError
 from serve.auth import ApiKey, KeyFileError, KeyStore
 from serve.errors import engram_error_response
-from serve.metrics import Metrics
+from serve.metrics import METRICS
 
 log = logging.getLogger(__name__)
 
@@ -73,15 +73,20 @@ async def authenticate(request: Request, call_next: Any) -> Response:
     return await call_next(request)
 
 
-def install(app: FastAPI, metrics: Metrics) -> None:
-    """The key gate inside, the metrics outside it (a refused request is counted too)."""
-    app.middleware("http")(authenticate)
+async def observe(request: Request, call_next: Any) -> Response:
+    """Count and time every request by route and status (``/metrics``)."""
+    start = time.perf_counter()
+    response = await call_next(request)
+    route = getattr(request.scope.get("route"), "path", "unmatched")
+    METRICS.requests.labels(route, str(response.status_code)).inc()
+    METRICS.latency.labels(route).observe(time.perf_counter() - start)
+    return response
 
-    @app.middleware("http")
-    async def observe(request: Request, call_next: Any) -> Response:
-        start = time.perf_counter()
-        response = await call_next(request)
-        route = getattr(request.scope.get("route"), "path", "unmatched")
-        metrics.requests.labels(route, str(response.status_code)).inc()
-        metrics.latency.labels(route).observe(time.perf_counter() - start)
-        return response
+
+def install(app: FastAPI) -> None:
+    """The key gate inside, the metrics outside it (a refused request is counted too).
+
+    NOTE: module-level functions, not closures: Serve pickles the app, and a closure would carry its own copy of
+    what it captured (the metrics the replica serves would never see a request)."""
+    app.middleware("http")(authenticate)
+    app.middleware("http")(observe)
