@@ -69,7 +69,7 @@ def check(engine, method):
     master = Master(engine, EpisodicConfig())
     seg = segments[0]
     every = [Evidence(t, line, ts, seg.id) for t, line, ts in zip(seg.turn_ids, seg.lines, seg.timestamps, strict=True)]
-    answers = master.answer_batch([(q, every, 2, None) for q in QUESTIONS[:2]])
+    answers = master.respond_batch([(q, every, 2, None) for q in QUESTIONS[:2]])
     assert all(a.text.split()[-1] == "2023" for a in answers)  # temporal answers are dates of evidence lines
 
 
