@@ -45,6 +45,7 @@ def stable_hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
 
 
+@functools.cache  # NOTE: a handle is made per call (tier(shards, tenant)...): the class is read once
 def methods(core: type) -> frozenset[str]:
     """The public methods of a core class: what a handle may call."""
     return frozenset(n for n in dir(core) if not n.startswith("_") and callable(getattr(core, n)))

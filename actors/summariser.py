@@ -18,18 +18,16 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
-
-import numpy as np
 
 from actors.segmenter import Segment
 from actors.shards import Shards, assistants, router
+from actors.write_path import Embed
 from core.config import ClusterConfig
 from core.generation import TokenBill
 
 log = logging.getLogger(__name__)
-Embed = Callable[[list[str]], Awaitable[np.ndarray]]
 
 
 class Summariser:
