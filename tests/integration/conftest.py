@@ -47,6 +47,28 @@ def service_args(namespace: str = NAMESPACE) -> dict:
     }
 
 
+# The order the modules run in (others after them, by name). The service is shared, and every closed segment
+# queues a background summary on its small-model pool: the tests that wait until the background is idle
+# (identity, tenancy) come before those that leave many summaries behind (chaos, fuzz, load), so that they wait
+# for their own summaries only, and fewer summaries compete for the two cores with the concurrent tests. The
+# loss of the worker node comes last.
+MODULE_ORDER = ("test_admission_deployment", "test_auth", "test_read_path_identity", "test_tenancy", "test_service",
+                "test_chaos", "test_fuzz", "test_load", "test_worker_loss")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    slots = [i for i, item in enumerate(items) if item.path.parent == here]
+
+    def rank(item: pytest.Item) -> tuple[int, str]:
+        name = item.path.stem
+        return (MODULE_ORDER.index(name) if name in MODULE_ORDER else len(MODULE_ORDER), name)
+
+    ordered = sorted((items[i] for i in slots), key=rank)  # stable: a module's tests keep their order
+    for i, item in zip(slots, ordered, strict=True):
+        items[i] = item
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     if shutil.which(RAY) is None:
