@@ -8,7 +8,8 @@ Each (model, backend) runs in a child process of its own, so memory and load tim
 - ``sha256_ok``: the model's GGUF has the registry's size and SHA-256 (checked before anything loads it);
 - ``load_s``: building the engine from the converted folder (conversion, once per machine, happens before and is
   not timed; ``engram models fetch NAME`` does it ahead of time);
-- ``rss_mb``: resident memory of the process and its children (vLLM's engine core) after the load;
+- ``rss_mb``: resident memory of the process and its children (vLLM's engine core) after the runs (weights paged
+  in, caches filled); ``rss_load_mb`` right after the load (memory-mapped weights not yet read: a lower bound);
 - ``prefill_tok_s``: prompt tokens / wall time of one ~1,000-token prompt answered with one token;
 - ``decode_tok_s_1`` / ``decode_tok_s_8``: completion tokens / wall time for 1 and for 8 concurrent requests (one
   batch) of short prompts that ask for long lists, ``--max-tokens`` each, greedy, after one warm-up call.
@@ -72,7 +73,7 @@ def measure(name: str, backend: str, max_tokens: int, prompt_tokens: int) -> dic
     t0 = time.perf_counter()
     engine = build_engine(ecfg)
     load_s = time.perf_counter() - t0
-    rss = _rss_mb()
+    rss_load = _rss_mb()
     engine.generate(_lists(1, 8))  # warm-up
     words = LONG_TEXT * max(1, prompt_tokens // 40)
     prefill = GenerationRequest(messages=[{"role": "user", "content": f"{words}\nSummarise this in one word."}],
@@ -85,9 +86,10 @@ def measure(name: str, backend: str, max_tokens: int, prompt_tokens: int) -> dic
         t0 = time.perf_counter()
         bill = TokenBill.of(engine.generate(_lists(n, max_tokens)))
         decode[n] = bill.completion_tokens / (time.perf_counter() - t0)
+    rss = _rss_mb()
     engine.close()
     return {"name": name, "backend": backend, "sha256_ok": sha_ok, "load_s": round(load_s, 2),
-            "rss_mb": round(rss, 1), "prefill_tok_s": round(prefill_tok_s, 1),
+            "rss_mb": round(rss, 1), "rss_load_mb": round(rss_load, 1), "prefill_tok_s": round(prefill_tok_s, 1),
             "prefill_prompt_tokens": res.prompt_tokens, "decode_tok_s_1": round(decode[1], 2),
             "decode_tok_s_8": round(decode[8], 2), "max_tokens": max_tokens}
 

@@ -5,10 +5,10 @@ engine shared by the whole run), the conversation's turns are ingested (timed) a
 question is asked (each ``ask`` timed). Answers are scored with the official LoCoMo scorer and,
 as a second column, with E-mem's variant (``bench.locomo_score``).
 
-Selection: ``--categories`` first, then ``--limit N`` keeps the first N remaining questions of
-*each* conversation in file order (so every conversation of the split contributes, and the same
-flags always pick the same questions). A question is keyed by its index in its conversation's
-``qa`` list, which does not depend on the flags.
+Selection: ``--categories`` first, then ``--per-category N`` keeps the first N questions of each category of each
+conversation, then ``--limit N`` keeps the first N remaining questions of *each* conversation in file order (so
+every conversation of the split contributes, and the same flags always pick the same questions). A question is
+keyed by its index in its conversation's ``qa`` list, which does not depend on the flags.
 
 Resume: every answer is appended (and flushed) to
 ``<cache_dir>/locomo/<system>-<hash>.jsonl``; a rerun skips answered questions. Systems are
@@ -41,6 +41,7 @@ import inspect
 import json
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -96,10 +97,16 @@ SystemFactory = Callable[..., QASystem]
 
 
 # -- selection and cache ---------------------------------------------------------------------
-def select_questions(conv: Conversation, categories: Iterable[int], limit: int | None) -> list[tuple[int, Question]]:
-    """``(index in conv.questions, question)`` for the wanted categories, the first ``limit`` of them."""
-    wanted = set(categories)
-    chosen = [(i, q) for i, q in enumerate(conv.questions) if q.category in wanted]
+def select_questions(conv: Conversation, categories: Iterable[int], limit: int | None,
+                     per_category: int | None = None) -> list[tuple[int, Question]]:
+    """``(index in conv.questions, question)`` for the wanted categories: with ``per_category``, the first that many
+    of each category (in file order); then the first ``limit`` of them."""
+    wanted, seen = set(categories), Counter()
+    chosen = []
+    for i, q in enumerate(conv.questions):
+        if q.category in wanted and (per_category is None or seen[q.category] < per_category):
+            seen[q.category] += 1
+            chosen.append((i, q))
     return chosen if limit is None else chosen[:limit]
 
 
@@ -400,6 +407,8 @@ def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None,
     parser.add_argument("--limit", type=int, default=None,
                         help="first N selected questions of each conversation, in file order (default: all)")
     parser.add_argument("--categories", default="1,2,3,4,5", help="comma list of categories 1-5 (default all)")
+    parser.add_argument("--per-category", type=int, default=None,
+                        help="first N questions of each category of each conversation, in file order (default: all)")
     parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
     parser.add_argument("--results-dir", type=Path, default=None, help="where tables and plots go")
     parser.add_argument("--no-resume", action="store_true", help="discard cached answers of these settings")
@@ -415,14 +424,15 @@ def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None,
         parser.error(f"--categories: {exc}")
     if not set(categories) <= set(CATEGORIES):
         parser.error(f"--categories must be within {CATEGORIES}")
-    if args.limit is not None and args.limit <= 0:
-        parser.error("--limit must be a positive integer")
+    for flag, value in (("--limit", args.limit), ("--per-category", args.per_category)):
+        if value is not None and value <= 0:
+            parser.error(f"{flag} must be a positive integer")
 
     setup_logging()
     cfg = load_config(args.profile)
     data = args.data or cfg.data.locomo_path
     convs = split(load_locomo(data), args.split)
-    selection = {c.sample_id: select_questions(c, categories, args.limit) for c in convs}
+    selection = {c.sample_id: select_questions(c, categories, args.limit, args.per_category) for c in convs}
     load_models = factory is None  # NOTE: an injected factory runs with the encoder/engine given (or None)
     if factory is None:
         from bench.systems import build_system
@@ -442,7 +452,7 @@ def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None,
             summary = summarise(rows, split_name=args.split, system=name)
             summary.update(config_hash=digest, cache=str(cache.path), conversations=len(convs),
                            ingest_s=sum(ingest.values()), ingest_s_per_conversation=ingest,
-                           categories=categories, limit=args.limit)
+                           categories=categories, limit=args.limit, per_category=args.per_category)
             summaries.append(summary)
             scored[name] = rows
     finally:

@@ -229,9 +229,16 @@ def test_select_questions_keeps_file_indices(bench_env):
     [conv, _] = load_locomo(tmp_path / "locomo.json")
     assert [i for i, _ in locomo.select_questions(conv, [3, 5], None)] == [3, 4]
     assert [i for i, _ in locomo.select_questions(conv, [1, 2, 3, 4, 5], 3)] == [0, 1, 2]
+    [other] = [c for c in load_locomo(tmp_path / "locomo.json") if c is not conv and c.sample_id != conv.sample_id]
+    cats = [q.category for q in other.questions]
+    assert len(set(cats)) < len(cats)  # B repeats a category, so one per category drops questions
+    picked = locomo.select_questions(other, [1, 2, 3, 4, 5], None, per_category=1)
+    assert [i for i, _ in picked] == sorted({cats.index(c) for c in set(cats)})  # the first of each category
+    assert len(locomo.select_questions(other, [1, 2, 3, 4, 5], 1, per_category=1)) == 1
 
 
-@pytest.mark.parametrize("flags", [["--system", "gpt"], ["--categories", "6"], ["--limit", "0"], ["--bogus"]])
+@pytest.mark.parametrize("flags", [["--system", "gpt"], ["--categories", "6"], ["--limit", "0"],
+                                   ["--per-category", "0"], ["--bogus"]])
 def test_bad_flags_are_errors(bench_env, flags):
     run, _, _ = bench_env
     with pytest.raises(SystemExit):
