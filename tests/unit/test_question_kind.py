@@ -1,0 +1,39 @@
+"""Question kinds from the words alone (no gold category): the rules and the benchmark's tally."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.question_kind import INFERENCE, LIST, OTHER, TEMPORAL, predict_kind
+from bench.question_kind import confusion
+
+
+@pytest.mark.parametrize(("question", "kind"), [
+    ("When did Melanie paint a sunrise?", TEMPORAL),
+    ("What year did Audrey adopt her first dog?", TEMPORAL),
+    ("How long ago was Caroline's 18th birthday?", TEMPORAL),
+    ("How many years ago did John move?", TEMPORAL),
+    ("Would Caroline pursue writing as a career option?", INFERENCE),
+    ("What job might Maria pursue in the future?", INFERENCE),
+    ("Did Andrew have a pet dog during March 2023?", INFERENCE),  # yes/no: answered "Likely yes/no"
+    ("What activities does Melanie partake in?", LIST),
+    ("How many children does Melanie have?", LIST),
+    ("What are Caroline's hobbies?", LIST),
+    ("What did Caroline research?", OTHER),
+    ("How long has Melanie been practicing art?", OTHER),  # a duration, not a date
+    ("Why did Gina open her store?", OTHER),
+])
+def test_kinds(question, kind):
+    assert predict_kind(question) == kind
+
+
+def test_an_adversarial_premise_is_never_predicted():
+    # LoCoMo category 5 rests on a false premise that the question alone does not show
+    for q in ("What did Caroline realize after her charity race?", "When did Melanie go to the LGBTQ conference?"):
+        assert predict_kind(q) != 5
+
+
+def test_confusion_counts_per_gold_category_and_scores_1_to_4_only():
+    out = confusion([(2, "When did it rain?"), (2, "Who came?"), (4, "What did Ann bake?"), (5, "What did Bo see?")])
+    assert out["predicted"] == {"2": {"2": 1, "4": 1}, "4": {"4": 1}, "5": {"4": 1}}
+    assert out["recall"] == {"2": 0.5, "4": 1.0} and out["accuracy_1_4"] == round(2 / 3, 3)
