@@ -6,7 +6,8 @@ latest state, unless the question asks about the past. Instructions depend on th
 category, as in E-mem's final answer step:
 
 - temporal questions are answered with a date: the model picks the evidence line that dates the
-  event (a constrained choice) and the answer is that line's date, written "7 May 2023";
+  event (a constrained choice) and the answer is the first date grounded in that line ("we met yesterday
+  [7 May 2023]", ``episodic.ground_dates``), else the line's own date, written "7 May 2023";
 - adversarial questions (category 5) choose between the proposed answer and "Not mentioned in the
   conversation" (a constrained choice);
 - the rest get a short phrase, cleaned of speaker prefixes and trailing punctuation.
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from actors.segmenter import estimate_tokens
+from actors.time_expressions import grounded_values
 from core.config import EpisodicConfig
 from core.evidence import Evidence, by_score, dedupe_evidence
 from core.generation import GenerationEngine, GenerationRequest, TokenBill
@@ -183,8 +185,9 @@ class Master:
         out = [MasterAnswer(self.not_mentioned, [], TokenBill()) for _ in items]
         for i, res in zip(todo, results, strict=True):
             category, evidence = items[i][2], ordered[i]
-            if category == 2:
-                text = format_date(evidence[int(res.text.strip()) - 1].timestamp)
+            if category == 2:  # the chosen line's grounded date ("yesterday [7 May 2023]"), else its own date
+                line = evidence[int(res.text.strip()) - 1]
+                text = next(iter(grounded_values(line.content)), None) or format_date(line.timestamp)
             else:
                 text = clean_answer(res.text) or self.not_mentioned
             out[i] = MasterAnswer(text, evidence, res.bill)

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple, Protocol
 
+from actors.time_expressions import ground
+
 __all__ = [
     "CHARS_PER_TOKEN",
     "Segment",
@@ -74,8 +76,12 @@ class TurnLike(Protocol):
 
 
 def render_turn(turn: TurnLike) -> str:
-    """``[{date_time}] {speaker}: {text}``, e.g. ``[1:56 pm on 8 May, 2023] Caroline: Hi!``"""
-    return f"[{turn.date_time}] {turn.speaker}: {turn.text}"
+    """``[{date_time}] {speaker}: {text}``, e.g. ``[1:56 pm on 8 May, 2023] Caroline: Hi!``; a turn with an
+    ``anchor`` (its local date; ``actors.tenant_episodes.TurnRecord`` when ``episodic.ground_dates``) has its
+    relative dates grounded: ``... yesterday [7 May 2023] ...``."""
+    anchor = getattr(turn, "anchor", None)
+    text = ground(turn.text, anchor) if anchor is not None else turn.text
+    return f"[{turn.date_time}] {turn.speaker}: {text}"
 
 
 def estimate_tokens(text: str) -> int:

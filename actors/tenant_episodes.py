@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import date, datetime
 
 import numpy as np
 
@@ -35,6 +35,7 @@ class TurnRecord:
     text: str
     date_time: str
     timestamp: datetime
+    anchor: date | None = None  # the local date relative dates are grounded on (None: not grounded)
 
     @property
     def line(self) -> str:

@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-__all__ = ["Resolved", "anchor_of", "ground", "resolve"]
+__all__ = ["Resolved", "anchor_of", "ground", "grounded_values", "resolve"]
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 SEASONS = {"spring": 3, "summer": 6, "fall": 9, "autumn": 9, "winter": 12}  # the month a season starts in
@@ -70,6 +70,9 @@ PAST = re.compile(r"\b(?:was|were|did|had|went|got|took|made|saw|came|met|found|
 FUTURE = re.compile(r"\b(?:will|won't|going to|gonna|plan(?:ning)? to|can't wait|looking forward|'ll|shall)\b",
                     re.IGNORECASE)
 SENTENCE_END = re.compile(r"[.!?]+(?:\s|$)")
+# the values :func:`ground` writes, as they appear in a line (a turn's header "[1:56 pm on 8 May, 2023]" is not one)
+VALUE = re.compile(r" \[((?:the (?:week|weekend) (?:before|of|after) )?(?:[A-Z][a-z]+day, )?\d{1,2} [A-Z][a-z]+ \d{4}|"
+                   r"[A-Z][a-z]+ \d{4}|\d{4}|(?:spring|summer|fall|autumn|winter) \d{4})\]")
 
 
 @dataclass(frozen=True)
@@ -223,3 +226,13 @@ def ground(text: str, anchor: date) -> str:
         parts += [text[at : r.end], f" [{r.value}]"]
         at = r.end
     return "".join(parts) + text[at:]
+
+
+def grounded_values(line: str) -> list[str]:
+    """The values :func:`ground` wrote into ``line``, in order.
+
+    >>> grounded_values("[1:56 pm on 8 May, 2023] Ann: We met yesterday [7 May 2023], last week [the week before "
+    ...                 "8 May 2023] too.")
+    ['7 May 2023', 'the week before 8 May 2023']
+    """
+    return VALUE.findall(line)

@@ -24,6 +24,7 @@ from actors.admission import Decision, content_type_rule
 from actors.segmenter import Segment
 from actors.shards import Shards, assistants, router, tier
 from actors.tenant_episodes import TurnRecord
+from actors.time_expressions import anchor_of
 from core.config import EngramConfig
 from core.errors import ConflictError
 
@@ -47,15 +48,17 @@ def format_date_time(ts: datetime) -> str:
     return f"{hour}:{ts.minute:02d} {'am' if ts.hour < 12 else 'pm'} on {ts.day} {ts.strftime('%B')}, {ts.year}"
 
 
-def turn_records(turns: Sequence[IncomingTurn], now: datetime) -> list[TurnRecord]:
+def turn_records(turns: Sequence[IncomingTurn], now: datetime, ground_dates: bool = True) -> list[TurnRecord]:
     """Records as the cores keep them: a missing id is generated, a missing time is ``now``; every time in UTC
-    (a time without a zone is taken as UTC: sorting evidence compares them). Raises ``ConflictError`` when an id
+    (a time without a zone is taken as UTC: sorting evidence compares them), and with ``ground_dates`` the date
+    the turn was said on in its own zone as the anchor of its relative dates. Raises ``ConflictError`` when an id
     appears twice."""
     out = []
     for t in turns:
-        ts = t.timestamp or now
-        ts = ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
-        out.append(TurnRecord(t.id or uuid.uuid4().hex, t.speaker, t.text, t.date_time or format_date_time(ts), ts))
+        local = t.timestamp or now
+        ts = local.replace(tzinfo=UTC) if local.tzinfo is None else local.astimezone(UTC)
+        out.append(TurnRecord(t.id or uuid.uuid4().hex, t.speaker, t.text, t.date_time or format_date_time(ts), ts,
+                              anchor_of(local) if ground_dates else None))
     ids = [t.turn_id for t in out]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)

@@ -97,7 +97,8 @@ class InProcessService:
 
     async def _ingest(self, turns: Sequence[Any]) -> None:
         for tenant, session, chunk in locomo_batches(turns, self.tenant, self.batch):
-            report = await self.writes.add_turns(tenant, turn_records(chunk, chunk[0].timestamp),
+            report = await self.writes.add_turns(tenant, turn_records(chunk, chunk[0].timestamp,
+                                                                      self.config.episodic.ground_dates),
                                                  session_id=session)
             if self.config.cluster.summaries:
                 self.summariser.add(tenant, report.closed)

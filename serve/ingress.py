@@ -135,7 +135,7 @@ class MemoryAPI:
                         key: ApiKey | None = Security(API_KEY)) -> s.AddTurnsResponse:
         authorize(key, req.user_id)
         async with self.summariser.writing():
-            turns = turn_records(req.turns, datetime.now(UTC))
+            turns = turn_records(req.turns, datetime.now(UTC), self.config.episodic.ground_dates)
             report = await self.writes.add_turns(req.user_id, turns, agent_id=req.agent_id,
                                                  session_id=req.session_id)
         if self.config.cluster.summaries:

@@ -20,6 +20,12 @@ class EpisodicConfig(Section):
     overlap_ratio: float = Field(
         0.1, ge=0, lt=1, description="Share of a full segment's tokens replayed at the start of the next (E-mem: ~10%)."
     )
+    ground_dates: bool = Field(
+        True, description="Write each turn's relative time expressions ('yesterday', 'last week', 'two years ago') "
+        "resolved against the turn's local date into its line: '... yesterday [7 May 2023] ...' "
+        "(actors/time_expressions.py). The line is what the router indexes, the assistants and the master read "
+        "and an export keeps; the memory's own text stays as sent.",
+    )
     summary_max_tokens: int = Field(48, gt=0, le=1024, description="Length cap of a segment summary (P_global).")
     evidence_per_segment: int = Field(
         5, gt=0, le=64, description="Most evidence lines an assistant returns for one segment (E-mem: 5)."

@@ -108,6 +108,13 @@ def test_master_temporal_answer_is_the_chosen_lines_date():
     assert master.answer("When did it happen?", ev, category=2).text == "15 July 2023"
 
 
+def test_master_temporal_answer_is_the_date_grounded_in_the_chosen_line():
+    master = Master(ScriptedEngine(lambda r: r.choice[-1]), EpisodicConfig())
+    line = "[1:56 pm on 8 May, 2023] Ann: We went hiking last weekend [the weekend before 8 May 2023]."
+    ev = [Evidence("D1:1", "a", datetime(2023, 5, 1), 0), Evidence("D1:2", line, datetime(2023, 5, 8), 0)]
+    assert master.answer("When did Ann go hiking?", ev, category=2).text == "the weekend before 8 May 2023"
+
+
 def test_master_adversarial_is_a_choice_and_no_evidence_means_not_mentioned():
     engine = ScriptedEngine(lambda r: r.choice[1])
     master = Master(engine, EpisodicConfig())

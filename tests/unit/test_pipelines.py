@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import numpy as np
 import pytest
@@ -151,3 +151,13 @@ def test_the_classifier_reads_the_stream_context_and_decides_what_is_stored() ->
         assert total == 4
 
     asyncio.run(run())
+
+
+def test_turn_lines_carry_grounded_dates_on_the_speakers_local_date() -> None:
+    berlin = timezone(timedelta(hours=2))
+    said = datetime(2023, 5, 8, 1, 0, tzinfo=berlin)  # 23:00 UTC on 7 May
+    [rec] = turn_records([TurnIn("t1", "Ann", "We met yesterday.", said)], datetime(2024, 1, 1))
+    assert rec.timestamp == datetime(2023, 5, 7, 23, 0, tzinfo=UTC) and rec.text == "We met yesterday."
+    assert rec.line.endswith("Ann: We met yesterday [7 May 2023].")  # the 8th in Berlin: yesterday is the 7th
+    [plain] = turn_records([TurnIn("t1", "Ann", "We met yesterday.", said)], datetime(2024, 1, 1), ground_dates=False)
+    assert plain.line.endswith("Ann: We met yesterday.")
