@@ -3,7 +3,8 @@ in a short phrase. A plain class: ``serve.deployments.MasterService`` hosts it o
 
 The evidence lines are sorted oldest first and headed by a note that later lines hold the
 latest state, unless the question asks about the past. Instructions depend on the question's
-category, as in E-mem's final answer step:
+category, as in E-mem's final answer step (a question sent without one is answered as the kind
+``actors.question_kind.predict_kind`` reads from its words: temporal, inference, list or other):
 
 - temporal questions are answered with a date: the model picks the evidence line that dates the
   event (a constrained choice) and the answer is the first date grounded in that line ("we met yesterday
@@ -23,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from actors.question_kind import predict_kind
 from actors.segmenter import estimate_tokens
 from actors.time_expressions import grounded_values
 from core.config import EpisodicConfig
@@ -178,6 +180,9 @@ class Master:
     ) -> list[MasterAnswer]:
         """(question, chosen evidence, category, adversarial answer) per question -> answers, one engine batch.
         The evidence is read as given (already cut to the window), in dialogue order."""
+        # NOTE: a question without a category (``/v1/ask`` without one; ``bench.locomo --category predicted``) is
+        # answered as the kind its words suggest; a false premise (5) is never assumed
+        items = [(q, ev, predict_kind(q) if c is None else c, a) for q, ev, c, a in items]
         ordered = [sorted(ev, key=dialogue_order) for _, ev, _, _ in items]
         todo = [i for i, ev in enumerate(ordered) if ev]
         requests = [self.request(items[i][0], ordered[i], items[i][2], items[i][3]) for i in todo]

@@ -10,6 +10,11 @@ conversation, then ``--limit N`` keeps the first N remaining questions of *each*
 every conversation of the split contributes, and the same flags always pick the same questions). A question is
 keyed by its index in its conversation's ``qa`` list, which does not depend on the flags.
 
+Categories: ``--category predicted`` (the default; the headline tables) asks every question without LoCoMo's
+label and without its adversarial answer, as a user of ``/v1/ask`` would: the master reads the kind from the
+question (``actors.question_kind``). ``--category gold`` hands the master LoCoMo's category and, for category 5,
+the adversarial answer (for comparison with papers that prompt by category). The mode is part of the cache key.
+
 Resume: every answer is appended (and flushed) to
 ``<cache_dir>/locomo/<system>-<hash>.jsonl``; a rerun skips answered questions. Systems are
 in-memory, so a conversation with any unanswered question is ingested again from scratch; a
@@ -94,6 +99,7 @@ class QASystem(Protocol):
 
 # build_system(name, config, *, encoder, engine) -> QASystem, as bench.systems.build_system.
 SystemFactory = Callable[..., QASystem]
+CATEGORY_MODES = ("predicted", "gold")
 
 
 # -- selection and cache ---------------------------------------------------------------------
@@ -194,14 +200,15 @@ def engine_config(cfg: EngramConfig):
     return EngineConfig()
 
 
-def config_hash(cfg: EngramConfig, system: str, *, data_digest: str, code_digest: str = "") -> str:
+def config_hash(cfg: EngramConfig, system: str, *, data_digest: str, code_digest: str = "",
+                category: str = "gold") -> str:
     """Short hash of everything that changes answers (where outputs go does not)."""
     tree = cfg.model_dump(mode="json", exclude=set(UNREAD_SECTIONS))
     engine = engine_config(cfg).model_dump(mode="json")
     engine.pop("cache_dir", None)
     tree["engine"] = engine
     key = {"config": tree, "system": system, "embedder_model": cfg.embedder.model, "engine_model": engine.get("model"),
-           "data": data_digest, "code": code_digest}
+           "data": data_digest, "code": code_digest, **({"category": category} if category != "gold" else {})}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:HASH_LENGTH]
 
 
@@ -369,7 +376,8 @@ class _Models:
 
 
 def run_system(name: str, convs: Sequence[Conversation], selection: dict[str, list[tuple[int, Question]]],
-               cfg: EngramConfig, factory: SystemFactory, models: _Models, cache: ResultCache) -> None:
+               cfg: EngramConfig, factory: SystemFactory, models: _Models, cache: ResultCache,
+               category: str = "gold") -> None:
     """Answer every selected question not yet in ``cache``; fresh system and ingest per such conversation."""
     total = sum(len(v) for v in selection.values())
     done = sum(cache.answered(c.sample_id, i, q) is not None for c in convs for i, q in selection[c.sample_id])
@@ -388,7 +396,10 @@ def run_system(name: str, convs: Sequence[Conversation], selection: dict[str, li
         bar.set_postfix_str(conv.sample_id)
         for index, q in todo:
             start = time.perf_counter()
-            answer = system.ask(q.question, category=q.category, adversarial=q.adversarial)
+            if category == "gold":
+                answer = system.ask(q.question, category=q.category, adversarial=q.adversarial)
+            else:  # as /v1/ask without a category: the master reads the kind from the question
+                answer = system.ask(q.question, category=None, adversarial=None)
             cache.append(answer_row(name, index, q, answer, time.perf_counter() - start))
             bar.update()
         if callable(getattr(system, "close", None)):
@@ -409,6 +420,9 @@ def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None,
     parser.add_argument("--categories", default="1,2,3,4,5", help="comma list of categories 1-5 (default all)")
     parser.add_argument("--per-category", type=int, default=None,
                         help="first N questions of each category of each conversation, in file order (default: all)")
+    parser.add_argument("--category", choices=CATEGORY_MODES, default="predicted",
+                        help="predicted: the master reads the question's kind from its words and gets no adversarial "
+                        "answer (what /v1/ask does without a category; the headline tables); gold: LoCoMo's labels")
     parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
     parser.add_argument("--results-dir", type=Path, default=None, help="where tables and plots go")
     parser.add_argument("--no-resume", action="store_true", help="discard cached answers of these settings")
@@ -444,15 +458,16 @@ def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None,
     summaries, scored = [], {}
     try:
         for name in systems:
-            digest = config_hash(cfg, name, data_digest=data_digest, code_digest=code_digest)
+            digest = config_hash(cfg, name, data_digest=data_digest, code_digest=code_digest, category=args.category)
             cache = ResultCache(cache_file(cfg, name, digest), resume=not args.no_resume)
-            run_system(name, convs, selection, cfg, factory, models, cache)
+            run_system(name, convs, selection, cfg, factory, models, cache, args.category)
             rows = [score_row(cache.answered(c.sample_id, i, q)) for c in convs for i, q in selection[c.sample_id]]
             ingest = {c.sample_id: cache.ingests[c.sample_id]["seconds"] for c in convs if c.sample_id in cache.ingests}
             summary = summarise(rows, split_name=args.split, system=name)
             summary.update(config_hash=digest, cache=str(cache.path), conversations=len(convs),
                            ingest_s=sum(ingest.values()), ingest_s_per_conversation=ingest,
-                           categories=categories, limit=args.limit, per_category=args.per_category)
+                           categories=categories, limit=args.limit, per_category=args.per_category,
+                           category=args.category)
             summaries.append(summary)
             scored[name] = rows
     finally:

@@ -100,7 +100,8 @@ class AskRequest(_Body):
     user_id: Identifier
     question: QueryText
     category: int | None = Field(
-        None, ge=1, le=5, description="LoCoMo category hint (2 = temporal, 5 = adversarial); none for free questions."
+        None, ge=1, le=5, description="LoCoMo category hint (2 = temporal, 5 = adversarial); without one the master "
+        "reads the question's kind from its words (temporal, inference, list or other)."
     )
 
 

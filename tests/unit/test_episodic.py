@@ -115,6 +115,18 @@ def test_master_temporal_answer_is_the_date_grounded_in_the_chosen_line():
     assert master.answer("When did Ann go hiking?", ev, category=2).text == "the weekend before 8 May 2023"
 
 
+def test_master_reads_the_kind_of_a_question_sent_without_a_category():
+    seen = []
+    master = Master(ScriptedEngine(lambda r: seen.append(r) or (r.choice[-1] if r.choice else "x")), EpisodicConfig())
+    ev = [Evidence("D1:1", "a", datetime(2023, 5, 7), 0), Evidence("D1:2", "b", datetime(2023, 7, 15), 0)]
+    assert master.answer("When did it happen?", ev).text == "15 July 2023"  # temporal: a date
+    assert seen[-1].choice == ["1", "2"]
+    master.answer("Would Ann likely enjoy a concert?", ev)  # inference: "Likely yes / no"
+    assert "Likely yes" in seen[-1].messages[-1].content
+    master.answer("What did Ann bake?", ev, adversarial="bread")  # other; no category 5 without the label
+    assert seen[-1].choice is None
+
+
 def test_master_adversarial_is_a_choice_and_no_evidence_means_not_mentioned():
     engine = ScriptedEngine(lambda r: r.choice[1])
     master = Master(engine, EpisodicConfig())

@@ -50,6 +50,7 @@ def _sample(sample_id: str, n_turns: int, qa: list[tuple]) -> dict:
 class Log:
     ingests: list[str] = field(default_factory=list)
     asks: list[str] = field(default_factory=list)
+    hints: list[tuple] = field(default_factory=list)  # (category, adversarial) each ask was given
 
 
 @dataclass
@@ -77,9 +78,10 @@ class FakeSystem:
         self.turns = list(turns)
         self.log.ingests.append(turns[0].conv_id)
 
-    def ask(self, question: str, *, category: int, adversarial: str | None = None) -> FakeAnswer:
+    def ask(self, question: str, *, category: int | None, adversarial: str | None = None) -> FakeAnswer:
         position, answer = self.gold[question]
         self.log.asks.append(question)
+        self.log.hints.append((category, adversarial))
         right = ABSTAIN if category == 5 else answer
         ids = [t.dia_id for t in self.turns]
         return FakeAnswer(right if position % 2 == 0 else "zzz", [ids[0]], [ids[0], ids[2]], 2,
@@ -99,8 +101,9 @@ def bench_env(tmp_path, monkeypatch):
         assert encoder is None and engine is None
         return FakeSystem(name, gold, log)
 
-    def run(*flags: str, system: str = "rag") -> dict:
-        argv = ["--data", str(data), "--results-dir", str(tmp_path / "results"), "--system", system, *flags]
+    def run(*flags: str, system: str = "rag") -> dict:  # LoCoMo's labels unless the flags say otherwise
+        mode = [] if "--category" in flags else ["--category", "gold"]
+        argv = ["--data", str(data), "--results-dir", str(tmp_path / "results"), "--system", system, *mode, *flags]
         return locomo.main(argv, factory=factory)
 
     return run, log, tmp_path
@@ -269,3 +272,13 @@ def test_source_files_follow_imports_through_the_project():
     assert not any(f.startswith("core/config/") for f in files)
     with_models = locomo.code_digest_of(build_system)
     assert with_models != locomo.code_digest_of(build_system, with_models=False)  # the engine's source counts
+
+
+def test_predicted_categories_never_pass_gold_labels_to_the_system(bench_env):
+    run, log, tmp_path = bench_env
+    out = run("--category", "predicted")
+    assert out["questions"] == 8 and out["category"] == "predicted"
+    assert log.hints == [(None, None)] * 8  # no category, no adversarial answer: the master reads the question
+    run("--category", "gold")
+    assert {c for c, _ in log.hints[8:]} == {1, 2, 3, 4, 5} and any(a for _, a in log.hints[8:])
+    assert len(list((tmp_path / "cache" / "locomo").glob("rag-*.jsonl"))) == 2  # one cache per mode
