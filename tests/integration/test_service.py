@@ -9,6 +9,7 @@ import sys
 import httpx
 import pytest
 
+from actors.time_expressions import ground
 from cluster.locomo_data import load_locomo
 from core.config import load_config
 from tests.integration.conftest import ADMIN_KEY, NAMESPACE, auth_headers, service_args
@@ -79,7 +80,8 @@ def test_ask_answers_from_verbatim_evidence_with_a_token_bill(ingested, conversa
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["answer"].strip()
-    lines = {t.dia_id: f"[{t.date_time}] {t.speaker}: {t.text}" for t in conversation}
+    # the turn as posted, word for word, with its relative dates grounded on its session date (episodic.ground_dates)
+    lines = {t.dia_id: f"[{t.date_time}] {t.speaker}: {ground(t.text, t.timestamp.date())}" for t in conversation}
     assert body["evidence"], "assistants returned evidence from the routed segments"
     for e in body["evidence"]:
         assert e["content"] == lines[e["turn_id"]]  # verbatim, never paraphrased
