@@ -51,3 +51,12 @@ def test_an_upward_import_is_named_by_file_and_line(tmp_path: Path) -> None:
         "core/a.py:5: core imports serve (upward)",
         "actors/b.py:2: actors imports bench (upward)",
     ]
+
+
+def test_every_layer_is_installed() -> None:
+    """``pip install .`` ships each layer (the ``engram`` command imports them all, outside the repository)."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    include = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert all(f"{layer}*" in include for layer in LAYERS), include
