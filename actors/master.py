@@ -26,7 +26,7 @@ from datetime import datetime
 
 from actors.question_kind import predict_kind
 from actors.segmenter import estimate_tokens
-from actors.time_expressions import grounded_values
+from actors.time_expressions import day_text, grounded_values
 from core.config import EpisodicConfig
 from core.evidence import Evidence, by_score, dedupe_evidence
 from core.generation import GenerationEngine, GenerationRequest, TokenBill
@@ -49,13 +49,7 @@ PROMPT_MARGIN_TOKENS = 160
 LINE_OVERHEAD_TOKENS = 6
 
 
-def format_date(ts: datetime) -> str:
-    """LoCoMo's answer style.
-
-    >>> format_date(datetime(2023, 5, 7, 13, 56))
-    '7 May 2023'
-    """
-    return f"{ts.day} {ts:%B} {ts.year}"
+format_date = day_text  # LoCoMo's answer style: format_date(datetime(2023, 5, 7, 13, 56)) == '7 May 2023'
 
 
 def dialogue_order(evidence: Evidence) -> tuple[datetime, list[str | int]]:

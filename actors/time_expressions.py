@@ -94,7 +94,7 @@ def anchor_of(timestamp: datetime) -> date:
 
 
 def day_text(d: date) -> str:
-    """``day_text(date(2023, 5, 7)) == '7 May 2023'``."""
+    """LoCoMo's style for a day (a datetime gives its date): ``day_text(date(2023, 5, 7)) == '7 May 2023'``."""
     return f"{d.day} {d.strftime('%B')} {d.year}"
 
 
@@ -106,6 +106,15 @@ def _month_shift(d: date, months: int) -> tuple[int, int]:
 def _month_range(year: int, month: int) -> tuple[date, date]:
     nxt = date(year + month // 12, month % 12 + 1, 1)
     return date(year, month, 1), nxt - timedelta(days=1)
+
+
+def _month(year: int, month: int) -> tuple[str, date, date]:
+    first, last = _month_range(year, month)
+    return f"{first.strftime('%B')} {year}", first, last
+
+
+def _year(year: int) -> tuple[str, date, date]:
+    return str(year), date(year, 1, 1), date(year, 12, 31)
 
 
 def _sentence(text: str, start: int, end: int) -> str:
@@ -155,12 +164,9 @@ def _period(anchor: date, rel: str, period: str) -> tuple[str, date, date]:
             saturday = anchor + timedelta(days=(5 - wd) % 7 or 7)
         return f"the weekend of {day_text(saturday)}", saturday, saturday + timedelta(days=1)
     if period == "month":
-        year, month = _month_shift(anchor, step)
-        first, last = _month_range(year, month)
-        return f"{first.strftime('%B')} {year}", first, last
+        return _month(*_month_shift(anchor, step))
     if period == "year":
-        year = anchor.year + step
-        return str(year), date(year, 1, 1), date(year, 12, 31)
+        return _year(anchor.year + step)
     start_month = SEASONS[period]  # a season: the one of the anchor's year, or of the year before/after
     year = anchor.year - (start_month == 12 and anchor.month <= 2)  # "this winter" in January began in December
     if step < 0:  # the last one that is over: "last summer" said in October is this year's
@@ -181,11 +187,8 @@ def _count(anchor: date, n: int, unit: str, sign: int) -> tuple[str, date, date]
         monday = d - timedelta(days=d.weekday())
         return f"the week of {day_text(monday)}", monday, monday + timedelta(days=6)
     if unit == "month":
-        year, month = _month_shift(anchor, sign * n)
-        first, last = _month_range(year, month)
-        return f"{first.strftime('%B')} {year}", first, last
-    year = anchor.year + sign * n
-    return str(year), date(year, 1, 1), date(year, 12, 31)
+        return _month(*_month_shift(anchor, sign * n))
+    return _year(anchor.year + sign * n)
 
 
 def resolve(text: str, anchor: date) -> list[Resolved]:

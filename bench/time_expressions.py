@@ -22,6 +22,7 @@ import json
 import random
 import re
 import sys
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,6 @@ def draw(data: Path, n: int, seed: int, exclude: set[tuple[str, str]]) -> list[d
 
 
 def score(labels: list[dict[str, Any]]) -> dict[str, Any]:
-    from datetime import date
-
     right = resolved = gold = wrong_value = spurious = 0
     misses: list[dict[str, str]] = []
     for row in labels:
