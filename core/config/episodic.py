@@ -42,6 +42,11 @@ class EpisodicConfig(Section):
         "gives at most min(shortlist, evidence_per_segment) lines.",
     )
     answer_max_tokens: int = Field(24, gt=0, le=1024, description="Length cap of the master's short answer.")
+    answer_examples: bool = Field(
+        True, description="Show the master one worked example (train split) of the question's kind before the "
+        "question, as an earlier chat turn: small models copy an answer's form better than they follow an "
+        "instruction (actors/master.py: EXAMPLES). Its tokens come off the evidence budget.",
+    )
     master_evidence: int = Field(
         12, gt=0, le=10_000,
         description="Most evidence lines the master reads (best-routed segments first); E-mem's aggregator "

@@ -89,7 +89,7 @@ def test_master_orders_evidence_by_time_and_cleans_the_answer():
     early = Evidence("D1:2", "[early] Bob: y", datetime(2023, 5, 1), 0)
     ans = master.answer("What class?", [late, early], category=4)
     assert ans.text == "a pottery class" and [e.turn_id for e in ans.evidence] == ["D1:2", "D1:9"]
-    prompt = engine.batches[0][0].messages[1].content
+    prompt = engine.batches[0][0].messages[-1].content
     assert prompt.index("[early]") < prompt.index("[late]")
 
 
@@ -125,6 +125,38 @@ def test_master_reads_the_kind_of_a_question_sent_without_a_category():
     assert "Likely yes" in seen[-1].messages[-1].content
     master.answer("What did Ann bake?", ev, adversarial="bread")  # other; no category 5 without the label
     assert seen[-1].choice is None
+
+
+def test_master_shows_one_worked_example_of_the_kind_and_takes_its_tokens_off_the_budget():
+    from actors.master import EXAMPLES
+
+    seen = []
+    engine = ScriptedEngine(lambda r: seen.append(r) or (r.choice[0] if r.choice else "x"))
+    master = Master(engine, EpisodicConfig())
+    plain = Master(engine, EpisodicConfig(answer_examples=False))
+    ev = [Evidence("D1:1", "a", datetime(2023, 5, 7), 0)]
+    for category in (1, 3, 4):
+        master.answer("What did Ann bake?", ev, category=category)
+        roles = [m.role for m in seen[-1].messages]
+        assert roles == ["system", "user", "assistant", "user"], category
+        lines, question, answer = EXAMPLES[category]
+        assert question in seen[-1].messages[1].content and seen[-1].messages[2].content == answer
+        assert all(line in seen[-1].messages[1].content for line in lines)
+    for category in (2, 5):  # a constrained choice: no free answer to show
+        master.answer("When did Ann bake?", ev, category=category, adversarial="bread")
+        assert [m.role for m in seen[-1].messages] == ["system", "user"], category
+    plain.answer("What did Ann bake?", ev, category=4)
+    assert [m.role for m in seen[-1].messages] == ["system", "user"]
+    assert 0 < plain.budget - master.budget < 200
+
+
+def test_clean_answer_keeps_the_answer_and_drops_what_small_models_wrap_it_in():
+    assert clean_answer("[2] [9:48 am on 4 February, 2023] Jolene: Bogota. I loved it") == "Bogota"
+    assert clean_answer("Likely yes: Evan: Hey Sam! Good to see you") == "Likely yes"
+    assert clean_answer("She is a cat, a cat. She is a cat. She is a cat. She") == "She is a cat, a cat"
+    assert clean_answer("Paris. Rome", sentence=False) == "Paris. Rome"
+    assert clean_answer("Dr. Lee helped her.") == "Dr. Lee helped her"
+    assert clean_answer("Evidence, oldest first:\n") == ""
 
 
 def test_master_adversarial_is_a_choice_and_no_evidence_means_not_mentioned():

@@ -282,3 +282,20 @@ def test_predicted_categories_never_pass_gold_labels_to_the_system(bench_env):
     run("--category", "gold")
     assert {c for c, _ in log.hints[8:]} == {1, 2, 3, 4, 5} and any(a for _, a in log.hints[8:])
     assert len(list((tmp_path / "cache" / "locomo").glob("rag-*.jsonl"))) == 2  # one cache per mode
+
+
+def test_dev_split_is_train_conversations_with_five_questions_per_category(bench_env, tmp_path):
+    _, log, _ = bench_env
+    qa = [(f"Question {i}?", "x", 1 + i % 2, []) for i in range(14)]  # 7 of category 1, 7 of category 2
+    data = tmp_path / "train.json"
+    data.write_text(json.dumps([_sample("conv-26", 3, qa), _sample("conv-48", 3, qa)]))
+    gold = {q: (i, a) for i, (q, a, _, _) in enumerate(qa)}
+
+    def factory(name, config, *, encoder, engine):
+        return FakeSystem(name, gold, log)
+
+    out = locomo.main(["--data", str(data), "--results-dir", str(tmp_path / "results"), "--system", "rag",
+                       "--split", "dev"], factory=factory)
+    assert log.ingests == ["conv-26"]  # the test split's conversation is never read
+    assert log.asks == [q for q, *_ in qa[:10]]  # file order: the first five of each category
+    assert out["questions"] == 10 and out["per_category"] == locomo.DEV_PER_CATEGORY == 5

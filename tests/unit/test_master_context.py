@@ -43,3 +43,12 @@ def test_parse_cache_paths(tmp_path):
     for bad, match in bad_items:
         with pytest.raises(ValueError, match=match):
             parse_cache_paths([bad])
+
+
+def test_widen_grounds_relative_dates_as_engram_stores_the_lines():
+    conv = _conversation()
+    turn = conv.turns[0]
+    conv.turns[0] = Turn(turn.conv_id, turn.turn_id, turn.session, turn.index, turn.speaker, "we met yesterday",
+                         turn.date_time, turn.timestamp)
+    assert widen(conv, ["D1:1"], 0, 0)[0].content == "[some date] Ann: we met yesterday"
+    assert widen(conv, ["D1:1"], 0, 0, ground_dates=True)[0].content == "[some date] Ann: we met yesterday [7 May 2023]"
