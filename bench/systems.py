@@ -27,8 +27,8 @@ from actors.master import Master, MasterAnswer, token_counter
 from actors.read_path import ReadPath
 from actors.segmenter import Segment, render_turn
 from actors.shards import LocalShards
-from actors.time_expressions import anchor_of
 from actors.summariser import Summariser
+from actors.time_expressions import anchor_of
 from actors.write_path import WritePath, turn_records
 from cluster.cli_ingest import DEFAULT_BATCH, locomo_batches
 from core.config import ROLES, EngramConfig, Role
