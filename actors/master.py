@@ -11,7 +11,10 @@ category, as in E-mem's final answer step (a question sent without one is answer
   [7 May 2023]", ``episodic.ground_dates``), else the line's own date, written "7 May 2023";
 - adversarial questions (category 5) choose between the proposed answer and "Not mentioned in the
   conversation" (a constrained choice);
-- the rest get a short phrase, cleaned of speaker prefixes and trailing punctuation.
+- the rest get a short phrase, shown how by one worked example of their kind (``episodic.answer_examples``) and
+  cleaned of what small models wrap answers in: echoed prompt headers, line numbers and dates, a speaker's name,
+  loops, a restated question ("Melanie realized that self-care ..." -> "self-care ..."), every sentence after
+  the first (a list keeps its items), trailing punctuation.
 
 With no evidence at all the answer is "Not mentioned in the conversation" and no model call is made.
 """
@@ -105,6 +108,38 @@ def cut_repeat(text: str, n: int = 3) -> str:
     return text
 
 
+_LINKS = frozenset("a an the that is are was were be been has have had by to of for as it".split())
+
+
+def _stem(word: str) -> str:
+    """A crude stem to compare an answer's words with the question's: 'raised' ~ 'raise', 'races' ~ 'race'."""
+    w = re.sub(r"[^\w]", "", word.lower())
+    w = re.sub(r"'s$", "", w)
+    return re.sub(r"(ing|ed|es|e|s|d)$", "", w) if len(w) > 4 else w
+
+
+def drop_restated(answer: str, question: str) -> str:
+    """``answer`` without the words it opens with that restate the question (small models answer in a sentence
+    that repeats it); the whole answer when nothing would be left.
+
+    >>> drop_restated("The charity race raised awareness for mental health", "What did the charity race raise "
+    ...               "awareness for?")
+    'mental health'
+    >>> drop_restated("Melanie", "Who is Melanie?")
+    'Melanie'
+    """
+    asked = {_stem(w) for w in question.split()}
+    words = answer.split()
+    i = 0
+    while i < len(words) and (_stem(words[i]) in asked or words[i].lower() in _LINKS):
+        i += 1
+    if i == len(words) or not any(_stem(w) in asked and w.lower() not in _LINKS for w in words[:i]):
+        return answer  # nothing left, or only link words ("a pottery class"): as it is
+    while words[i - 1].lower() in ("a", "an", "the"):  # keep the answer's own article
+        i -= 1
+    return " ".join(words[i:])
+
+
 def clean_answer(text: str, *, sentence: bool = True) -> str:
     """The first line that is not an echo of the prompt's headers, without what small models put before an answer
     ('Answer:', a line number, an evidence line's date, a speaker's name), cut where it starts to repeat itself,
@@ -132,6 +167,7 @@ class MasterAnswer:
     text: str
     evidence: list[Evidence]
     bill: TokenBill
+    raw: str = ""  # what the model wrote, before the answer was cleaned (a chosen line's number for a date)
 
 
 def prompt_budget(max_model_len: int, answer_max_tokens: int) -> int:
@@ -247,9 +283,9 @@ class Master:
             if category == 2:  # the chosen line's grounded date ("yesterday [7 May 2023]"), else its own date
                 line = evidence[int(res.text.strip()) - 1]
                 text = next(iter(grounded_values(line.content)), None) or format_date(line.timestamp)
-            else:  # a list keeps every item; the rest end at their first sentence
-                text = clean_answer(res.text, sentence=category != 1) or self.not_mentioned
-            out[i] = MasterAnswer(text, evidence, res.bill)
+            else:  # a list keeps every item; the rest end at their first sentence; no restated question
+                text = drop_restated(clean_answer(res.text, sentence=category != 1), items[i][0]) or self.not_mentioned
+            out[i] = MasterAnswer(text, evidence, res.bill, res.text)
         return out
 
     def respond(self, question: str, evidence: Sequence[Evidence], category: int | None = None,

@@ -127,7 +127,7 @@ def markdown(results: Sequence[dict]) -> str:
 def report(convs: Sequence[Conversation], picked: dict[str, list], scored: dict[str, list[dict]],
            caches: dict[str, locomo.ResultCache | None], out_dir: Path, **extra) -> dict:
     """Summaries of the conversations replayed so far, with the same questions' cached answers beside,
-    written to ``out_dir/results.{json,md}``."""
+    written to ``out_dir/results.{json,md}`` (and every answer to ``rows.jsonl``)."""
     results = [summarise(name, rows) for name, rows in scored.items()]
     for system, cache in caches.items():
         rows = [cache.answered(c.sample_id, i, q) for c in convs for i, q, _ in picked[c.sample_id]] if cache else []
@@ -136,6 +136,9 @@ def report(convs: Sequence[Conversation], picked: dict[str, list], scored: dict[
     payload = {"split": "train", "conversations": len(convs),
                "questions": sum(len(picked[c.sample_id]) for c in convs), **extra, "results": results}
     (out_dir / "results.json").write_text(json.dumps(payload, indent=1))
+    with (out_dir / "rows.jsonl").open("w") as f:  # every answer, with the model's raw text, for a closer look
+        for name, rows in scored.items():
+            f.writelines(json.dumps({"context": name, **row}) + "\n" for row in rows)
     (out_dir / "results.md").write_text(markdown(results))
     return payload
 
@@ -205,6 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
                                                for (_, q, _), ev in zip(items, evidence, strict=True)])
                 for (_, _, row), answer in zip(items, answers, strict=True):
                     out = locomo.score_row({**row, "prediction": answer.text,
+                                            "raw": answer.raw,
                                             "evidence_turn_ids": [e.turn_id for e in answer.evidence],
                                             "master_bill": {"prompt": answer.bill.prompt_tokens,
                                                             "completion": answer.bill.completion_tokens}})

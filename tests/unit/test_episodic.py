@@ -159,6 +159,20 @@ def test_clean_answer_keeps_the_answer_and_drops_what_small_models_wrap_it_in():
     assert clean_answer("Evidence, oldest first:\n") == ""
 
 
+def test_a_restated_question_is_dropped_from_the_answer():
+    from actors.master import drop_restated
+
+    question = "What did Melanie realize after the charity race?"
+    assert drop_restated("Melanie realized that self-care is important", question) == "self-care is important"
+    assert drop_restated("a pottery class", "What class?") == "a pottery class"  # only link words: kept
+    assert drop_restated("Melanie", "Who is Melanie?") == "Melanie"  # nothing would be left
+    assert drop_restated("Melanie's race was the first", "What was Melanie's race?") == "the first"
+    seen = ScriptedEngine(lambda r: "Melanie realized that self-care is important. She runs.")
+    ev = [Evidence("D1:1", "a", datetime(2023, 5, 7), 0)]
+    answer = Master(seen, EpisodicConfig()).answer(question, ev, category=4)
+    assert answer.text == "self-care is important" and answer.raw.startswith("Melanie realized")
+
+
 def test_master_adversarial_is_a_choice_and_no_evidence_means_not_mentioned():
     engine = ScriptedEngine(lambda r: r.choice[1])
     master = Master(engine, EpisodicConfig())
