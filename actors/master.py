@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from actors.question_kind import predict_kind
+from actors.question_kind import is_yes_no, predict_kind
 from actors.segmenter import estimate_tokens
 from actors.time_expressions import day_text, grounded_values
 from core.config import EpisodicConfig
@@ -170,6 +170,13 @@ class MasterAnswer:
     raw: str = ""  # what the model wrote, before the answer was cleaned (a chosen line's number for a date)
 
 
+def example_kind(question: str, category: int | None) -> int:
+    """Which worked example a question is shown: an inference question asked as a phrase ("What fields would
+    she pursue?") is shown the phrase example, not the yes/no one."""
+    kind = category or 4
+    return 4 if kind == 3 and not is_yes_no(question) else kind
+
+
 def prompt_budget(max_model_len: int, answer_max_tokens: int) -> int:
     """Tokens the master's evidence and question may take in one prompt."""
     return max_model_len - answer_max_tokens - PROMPT_MARGIN_TOKENS
@@ -250,7 +257,7 @@ class Master:
     def request(self, question: str, evidence: Sequence[Evidence], category: int | None,
                 adversarial: str | None) -> GenerationRequest:
         messages = [{"role": "system", "content": SYSTEM}]
-        if example := self.examples.get(category or 4):
+        if example := self.examples.get(example_kind(question, category)):
             lines, example_question, example_answer = example
             shown = [Evidence("", line, datetime.min, -1) for line in lines]
             messages += [{"role": "user", "content": self.prompt(example_question, shown, category)},
@@ -284,7 +291,8 @@ class Master:
                 line = evidence[int(res.text.strip()) - 1]
                 text = next(iter(grounded_values(line.content)), None) or format_date(line.timestamp)
             else:  # a list keeps every item; the rest end at their first sentence; no restated question
-                text = drop_restated(clean_answer(res.text, sentence=category != 1), items[i][0]) or self.not_mentioned
+                text = clean_answer(res.text, sentence=category != 1)
+                text = (text if _YES_NO.match(text + " ") else drop_restated(text, items[i][0])) or self.not_mentioned
             out[i] = MasterAnswer(text, evidence, res.bill, res.text)
         return out
 

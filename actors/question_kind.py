@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["LIST", "OTHER", "INFERENCE", "TEMPORAL", "predict_kind"]
+__all__ = ["LIST", "OTHER", "INFERENCE", "TEMPORAL", "is_yes_no", "predict_kind"]
 
 LIST, TEMPORAL, INFERENCE, OTHER = 1, 2, 3, 4  # LoCoMo's category numbers for the kinds
 
@@ -36,6 +36,14 @@ LIST_RX = re.compile(
     r"kinds|types|ways|sports|instruments|games|countries|cities|artists|songs|movies|foods|classes|symbols|"
     r"paintings|names|gifts|plans|changes|steps|subjects|topics)\b|which (?:\w+ ){0,2}(?:\w+s)\b.*\bhas\b)",
     re.IGNORECASE)
+
+
+YES_NO_RX = re.compile(r"^(?:would|could|should|is|are|was|were|does|do|did|can|will|has|have|had)\b", re.IGNORECASE)
+
+
+def is_yes_no(question: str) -> bool:
+    """Whether the question asks for a yes or a no ("Would Ann enjoy ...?") rather than a phrase."""
+    return bool(YES_NO_RX.match(question.strip()))
 
 
 def predict_kind(question: str) -> int:

@@ -135,11 +135,13 @@ def test_master_shows_one_worked_example_of_the_kind_and_takes_its_tokens_off_th
     master = Master(engine, EpisodicConfig())
     plain = Master(engine, EpisodicConfig(answer_examples=False))
     ev = [Evidence("D1:1", "a", datetime(2023, 5, 7), 0)]
-    for category in (1, 3, 4):
-        master.answer("What did Ann bake?", ev, category=category)
+    asked = ((1, "What did Ann bake?", 1), (3, "Would Ann bake?", 3), (4, "What did Ann bake?", 4),
+             (3, "What would Ann bake?", 4))  # an inference asked as a phrase is shown the phrase example
+    for category, asked_question, shown in asked:
+        master.answer(asked_question, ev, category=category)
         roles = [m.role for m in seen[-1].messages]
         assert roles == ["system", "user", "assistant", "user"], category
-        lines, question, answer = EXAMPLES[category]
+        lines, question, answer = EXAMPLES[shown]
         assert question in seen[-1].messages[1].content and seen[-1].messages[2].content == answer
         assert all(line in seen[-1].messages[1].content for line in lines)
     for category in (2, 5):  # a constrained choice: no free answer to show
@@ -171,6 +173,8 @@ def test_a_restated_question_is_dropped_from_the_answer():
     ev = [Evidence("D1:1", "a", datetime(2023, 5, 7), 0)]
     answer = Master(seen, EpisodicConfig()).answer(question, ev, category=4)
     assert answer.text == "self-care is important" and answer.raw.startswith("Melanie realized")
+    likely = Master(ScriptedEngine(lambda r: "Likely yes: she said so"), EpisodicConfig())
+    assert likely.answer("Would Ann likely enjoy it?", ev, category=3).text == "Likely yes"  # never cut to "yes"
 
 
 def test_master_adversarial_is_a_choice_and_no_evidence_means_not_mentioned():

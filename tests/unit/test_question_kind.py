@@ -37,3 +37,12 @@ def test_confusion_counts_per_gold_category_and_scores_1_to_4_only():
     out = confusion([(2, "When did it rain?"), (2, "Who came?"), (4, "What did Ann bake?"), (5, "What did Bo see?")])
     assert out["predicted"] == {"2": {"2": 1, "4": 1}, "4": {"4": 1}, "5": {"4": 1}}
     assert out["recall"] == {"2": 0.5, "4": 1.0} and out["accuracy_1_4"] == round(2 / 3, 3)
+
+
+def test_yes_no_questions_are_told_from_phrase_questions():
+    from actors.question_kind import is_yes_no
+
+    assert is_yes_no("Would Caroline pursue writing as a career option?")
+    assert is_yes_no(" Is Deborah married?")
+    assert not is_yes_no("What fields would Caroline be likely to pursue?")
+    assert not is_yes_no("Which country was Evan visiting?")
