@@ -88,7 +88,7 @@ _ECHO = re.compile(r"^(evidence|question)\b.*:\s*$", re.I)  # the prompt's own h
 _LEAD = re.compile(
     r"^\s*(?:(?i:answer)\s*:|\[\d+\]|\d+[.)]\s|[-*\u2022]|\[[^\]]*\d{4}\]|[A-Z][\w'-]*(?: [A-Z][\w'-]*)?:(?=\s))\s*"
 )  # "Answer:", "[3]", "1.", "- ", "[1:56 pm on 8 May, 2023]", "Caroline:" at the start of the answer
-_YES_NO = re.compile(r"^((?:likely )?(?:yes|no))\b[\s:,.;!-]", re.I)
+_YES_NO = re.compile(r"^((?:likely )?(?:yes|no))\b(?:[\s:,.;!-]|$)", re.I)
 _SENTENCE_END = re.compile(r"(?<=[a-z0-9)\]]{3})[.!?](?:\s|$)")
 
 
@@ -114,7 +114,6 @@ _LINKS = frozenset("a an the that is are was were be been has have had by to of 
 def _stem(word: str) -> str:
     """A crude stem to compare an answer's words with the question's: 'raised' ~ 'raise', 'races' ~ 'race'."""
     w = re.sub(r"[^\w]", "", word.lower())
-    w = re.sub(r"'s$", "", w)
     return re.sub(r"(ing|ed|es|e|s|d)$", "", w) if len(w) > 4 else w
 
 
@@ -226,8 +225,7 @@ class Master:
         self.count = count or token_counter(engine)
         self.examples = EXAMPLES if config.answer_examples else {}
         # NOTE: the longest worked example is taken from every question's budget, so the cut does not depend on kind
-        shown = [self.count(self.prompt(q, [Evidence("", line, datetime.min, -1) for line in lines], kind) + answer)
-                 for kind, (lines, q, answer) in self.examples.items()]
+        shown = [sum(self.count(m["content"]) for m in self.example_messages(kind, kind)) for kind in self.examples]
         self.budget = prompt_budget(engine.max_model_len, config.answer_max_tokens) - max(shown, default=0)
 
     # -- choosing the evidence -----------------------------------------------------------------
@@ -254,15 +252,21 @@ class Master:
             f"{lines}\n\nQuestion: {question}\n{INSTRUCTIONS.get(category or 0, DEFAULT_INSTRUCTION)}"
         )
 
+    def example_messages(self, kind: int, category: int | None) -> list[dict[str, str]]:
+        """The worked example of ``kind`` as an earlier user turn (prompted as ``category``) and its answer; none
+        when that kind has no example or examples are off."""
+        if (example := self.examples.get(kind)) is None:
+            return []
+        lines, question, answer = example
+        shown = [Evidence("", line, datetime.min, -1) for line in lines]
+        return [{"role": "user", "content": self.prompt(question, shown, category)},
+                {"role": "assistant", "content": answer}]
+
     def request(self, question: str, evidence: Sequence[Evidence], category: int | None,
                 adversarial: str | None) -> GenerationRequest:
-        messages = [{"role": "system", "content": SYSTEM}]
-        if example := self.examples.get(example_kind(question, category)):
-            lines, example_question, example_answer = example
-            shown = [Evidence("", line, datetime.min, -1) for line in lines]
-            messages += [{"role": "user", "content": self.prompt(example_question, shown, category)},
-                         {"role": "assistant", "content": example_answer}]
-        messages.append({"role": "user", "content": self.prompt(question, evidence, category)})
+        messages = [{"role": "system", "content": SYSTEM},
+                    *self.example_messages(example_kind(question, category), category),
+                    {"role": "user", "content": self.prompt(question, evidence, category)}]
         # NOTE: every request states max_tokens, so the caller's prompt budget (window - max_tokens) holds.
         if category == 2:
             return GenerationRequest(messages=messages, choice=[str(i) for i in range(1, len(evidence) + 1)],
@@ -292,7 +296,7 @@ class Master:
                 text = next(iter(grounded_values(line.content)), None) or format_date(line.timestamp)
             else:  # a list keeps every item; the rest end at their first sentence; no restated question
                 text = clean_answer(res.text, sentence=category != 1)
-                text = (text if _YES_NO.match(text + " ") else drop_restated(text, items[i][0])) or self.not_mentioned
+                text = (text if _YES_NO.match(text) else drop_restated(text, items[i][0])) or self.not_mentioned
             out[i] = MasterAnswer(text, evidence, res.bill, res.text)
         return out
 
