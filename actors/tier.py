@@ -1,6 +1,9 @@
 """One memory tier: an HNSW index plus per-item metadata held in column arrays.
 
-A ``TierShard`` stores up to ``capacity`` items in numbered slots. Adding to a full shard
+A ``TierShard`` stores up to ``capacity`` items in numbered slots. ``capacity`` is a bound, not an allocation:
+the columns and the HNSW index start with room for ``initial_slots`` items and double as items arrive, so a
+tenant with 20 memories costs 20 memories' worth of space, whatever its tiers' bounds (a shard holds
+thousands of tenants; a single tenant's archive may be bounded at millions). Adding to a full shard
 first evicts a batch chosen by the eviction policy (lowest score first, ties in the order
 items entered this shard) and hands the evicted items back to the caller, who may move
 them to the next tier. Freed slots are reused. Metadata lives in numpy columns so that
@@ -62,13 +65,15 @@ class TierShard:
         name: str = "tier",
         last_tier: bool = False,
         index_factory: IndexFactory = HnswIndex,
+        initial_slots: int = 64,
     ) -> None:
         self.dim, self.name, self.last_tier = dim, name, last_tier
         self.capacity = tier.capacity
         self.eviction = eviction
-        self._index = index_factory(dim, self.capacity, M=tier.M, ef_construction=tier.ef_construction, ef=tier.ef)
-        self._alloc(self.capacity)
-        self._free: list[int] = list(range(self.capacity - 1, -1, -1))  # pop() hands out slot 0 first
+        self.allocated = min(self.capacity, initial_slots)  # rows held now; doubled on demand up to capacity
+        self._index = index_factory(dim, self.allocated, M=tier.M, ef_construction=tier.ef_construction, ef=tier.ef)
+        self._alloc(self.allocated)
+        self._free: list[int] = list(range(self.allocated - 1, -1, -1))  # pop() hands out slot 0 first
         self._slot_of: dict[ItemId, int] = {}
         self._seq = 0  # order in which items entered this shard (eviction tie-break)
 
@@ -90,16 +95,34 @@ class TierShard:
         self.created_at: list[float | None] = [None] * n
         self.metadata: list[dict[str, Any] | None] = [None] * n
 
-    def _grow(self, new_capacity: int) -> None:
-        logger.warning("%s: full of protected items, growing %d -> %d", self.name, self.capacity, new_capacity)
-        old = self.capacity
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("allocated", state["capacity"])  # a snapshot from before lazy allocation
+        self.__dict__.update(state)
+
+    def _reserve(self, n: int) -> None:
+        """Make room for ``n`` more items (at most up to ``capacity``): double the rows until they fit."""
+        need = min(len(self) + n, self.capacity)
+        if need <= self.allocated:
+            return
+        rows = self.allocated
+        while rows < need:
+            rows *= 2
+        self._reallocate(min(rows, self.capacity))
+
+    def _reallocate(self, rows: int) -> None:
+        old = self.allocated
         saved = {name: getattr(self, name) for name in (*self._COLUMNS, *self._LISTS)}
-        self._index.resize(new_capacity)
-        self._alloc(new_capacity, entity_width=saved["entity_ids"].shape[1])
+        self._index.resize(rows)
+        self._alloc(rows, entity_width=saved["entity_ids"].shape[1])
         for name, column in saved.items():
             getattr(self, name)[:old] = column
-        self._free.extend(range(new_capacity - 1, old - 1, -1))
-        self.capacity = new_capacity
+        # NOTE: new slots go behind the free ones, so that freed slots are reused first (as before)
+        self._free[:0] = range(rows - 1, old - 1, -1)
+        self.allocated = rows
+
+    def _grow(self, new_capacity: int) -> None:
+        logger.warning("%s: full of protected items, growing %d -> %d", self.name, self.capacity, new_capacity)
+        self.capacity = new_capacity  # the rows follow on demand (_reserve)
 
     def __len__(self) -> int:
         return len(self._slot_of)
@@ -134,6 +157,7 @@ class TierShard:
     def _insert(self, items: Sequence[MemoryItem]) -> None:
         if not items:
             return
+        self._reserve(len(items))
         slots = np.asarray([self._free.pop() for _ in items], dtype=np.int64)
         width = max(len(it.entity_ids) for it in items)
         if width > self.entity_ids.shape[1]:

@@ -86,3 +86,36 @@ def test_string_ids_and_replacing_an_id():
     tier.add([MemoryItem(id="a", text="new", vector=vec[1])])
     assert len(tier) == 1 and tier.get("a").text == "new"
     assert [it.id for it in tier.remove(["a", "unknown"])] == ["a"] and len(tier) == 0
+
+
+def test_capacity_is_a_bound_rows_double_on_demand():
+    tier = TierShard(4, TierConfig(capacity=1_000_000), EvictionConfig(), last_tier=True, initial_slots=4)
+    assert tier.allocated == 4 and tier.vectors.shape == (4, 4)  # a huge bound costs nothing up front
+    items = make_items([0.5] * 11)
+    tier.add(items[:3])
+    tier.add(items[3:])
+    assert tier.allocated == 16 and len(tier) == 11
+    for it in items:  # every item findable after the index grew (HNSW, not the exact reference)
+        slots, _ = tier.search(it.vector, 1)
+        assert tier.ids[int(slots[0])] == it.id
+    tier.remove([0, 1])
+    tier.add(make_items([0.5, 0.5], start=20))
+    assert tier.allocated == 16 and sorted(tier.slot_of(i) for i in (20, 21)) == [0, 1]  # freed slots reused first
+
+
+def test_rows_never_exceed_the_bound():
+    tier = shard(6)
+    tier.add(make_items([0.5] * 5))
+    tier.add(make_items([0.5] * 3, start=10))
+    assert tier.allocated == 6 and len(tier) <= 6
+
+
+def test_snapshot_from_before_lazy_rows_loads():
+    tier = shard(8)
+    tier.add(make_items([0.5] * 3))
+    state = dict(tier.__dict__)
+    del state["allocated"]  # what an older snapshot holds: its rows were allocated to the bound
+    old = TierShard.__new__(TierShard)
+    old.__setstate__(state)
+    old.add(make_items([0.5] * 5, start=10))
+    assert old.allocated == 8 and len(old) == 8
