@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.hnsw_index import HnswIndex, VectorIndex
+from actors.hnsw_index import AdaptiveIndex, VectorIndex
 from core.config import EvictionConfig, TierConfig
 
 logger = logging.getLogger(__name__)
@@ -64,8 +64,8 @@ class TierShard:
         *,
         name: str = "tier",
         last_tier: bool = False,
-        index_factory: IndexFactory = HnswIndex,
-        initial_slots: int = 64,
+        index_factory: IndexFactory = AdaptiveIndex,
+        initial_slots: int = 16,
     ) -> None:
         self.dim, self.name, self.last_tier = dim, name, last_tier
         self.capacity = tier.capacity

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from actors.entities import EntityExtractor, EntityVocab
-from actors.hnsw_index import HnswIndex
+from actors.hnsw_index import AdaptiveIndex
 from actors.rerank import Reranker
 from actors.tier import IndexFactory, ItemId, MemoryItem, TierShard
 from core.config import TierMemoryConfig
@@ -61,7 +61,7 @@ class TieredMemory:
         encoder: Encoder,
         *,
         reranker: Reranker | None = None,
-        index_factory: IndexFactory = HnswIndex,
+        index_factory: IndexFactory = AdaptiveIndex,
     ) -> None:
         self.config = config
         self.encoder = encoder

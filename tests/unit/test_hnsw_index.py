@@ -88,3 +88,22 @@ def test_search_recovers_when_hnswlib_cannot_fill_k():
     slots, _ = index.search(vectors[3], 20)
     assert len(slots) == 20 and slots[0] == 3
     assert flaky.calls[1][1] >= 20 and flaky.real.ef == 50  # retried with a wider beam, then restored
+
+
+def test_adaptive_index_is_exact_while_small_then_hnsw_with_the_same_answers():
+    from actors.hnsw_index import AdaptiveIndex, ExactIndex
+
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((60, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index, exact = AdaptiveIndex(8, 64, hnsw_from=40), ExactIndex(8, 64)
+    index.add(np.arange(30), vectors[:30])
+    exact.add(np.arange(30), vectors[:30])
+    index.remove(np.array([3]))
+    exact.remove(np.array([3]))
+    assert not index.promoted
+    index.add(np.arange(30, 60), vectors[30:])
+    exact.add(np.arange(30, 60), vectors[30:])
+    assert index.promoted and len(index) == 59
+    for q in vectors[:10]:
+        assert index.search(q, 5)[0].tolist() == exact.search(q, 5)[0].tolist()  # 3 stays removed
