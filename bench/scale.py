@@ -196,8 +196,8 @@ def many_users(cfg: EngramConfig, tenants: int, source: VectorSource, texts: Seq
 
 
 def write_table(path: Path, rows: list[dict[str, Any]], tenants: dict[str, Any] | None, embed_p50: float) -> None:
-    lines = ["| memories | search p50 / p95 (ms) | with query embedding p50 (ms) | inserts/s | RSS (MB) | memory (MB) | "
-             "snapshot (MB, s) | restart (s) |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| memories | search p50 / p95 (ms) | with query embedding p50 (ms) | inserts/s | RSS (MB) | "
+             "memory (MB) | snapshot (MB, s) | restart (s) |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['memories']:,} | {r['search_p50_ms']:.2f} / {r['search_p95_ms']:.2f} | "
                      f"{r['search_with_embed_p50_ms']:.2f} | {r['insert_per_s']:.0f} | {r['rss_mb']:.0f} | "

@@ -28,7 +28,7 @@ class ActorShards(Placement):
     """``topology`` is awaited on each call (the ingress creates the actors once the embedder's dim is known)."""
 
     def __init__(self, config: EngramConfig, topology: Callable[[], Awaitable[Topology]]) -> None:
-        super().__init__(shard_counts(config))
+        super().__init__(shard_counts(config), config.cluster.tenant_hash)
         self.topology = topology
         self.timeout = config.cluster.actor_call_timeout_s
 

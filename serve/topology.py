@@ -2,8 +2,9 @@
 
 ``Topology.start`` creates the actors or, when they exist (a restarted driver, a second ingress
 replica), attaches to them by name; ``Topology.connect`` only attaches. A tenant's tier shard and
-router are ``stable_hash(tenant) % n``; a segment's assistant actor is ``stable_hash(tenant/segment)
-% n`` (``actors.shards.Placement``). With ``cluster.placement: round_robin`` actor ``i`` of each kind
+router, and a segment's (``tenant/segment``) assistant actor, are placed by ``cluster.tenant_hash``
+(``actors.shards.Placement``): rendezvous hashing over the actors' indices, or ``stable_hash(key) % n`` under
+``modulo``. With ``cluster.placement: round_robin`` actor ``i`` of each kind
 is pinned to alive node ``i % nodes``. Actors restart after a crash (``cluster.max_restarts``); an actor
 whose node is gone cannot restart there and is revived on an alive node by the first caller that finds it dead
 (:meth:`Topology.revive`). What an actor held in memory is lost until the durability layer replays it.
@@ -117,7 +118,8 @@ class Topology:
     # -- placement (``actors.shards.Placement``: the pipelines place tenants the same way) ------------
     @property
     def placement(self) -> Placement:
-        return Placement({kind: len(handles) for kind, handles in self.actors.items()})
+        counts = {kind: len(handles) for kind, handles in self.actors.items()}
+        return Placement(counts, self.config.cluster.tenant_hash)
 
     def tier_for(self, tenant: str) -> Any:
         return self.tiers[self.placement.tier_index(tenant)]

@@ -38,14 +38,14 @@ from core.config.memory import (
     TierMemoryConfig,
 )
 from core.config.models import ALIASES, ROLES, ModelsConfig, Role
-from core.config.service import AuthConfig, ClusterConfig, DataConfig, PathsConfig
+from core.config.service import AuthConfig, ClusterConfig, DataConfig, PathsConfig, TenantHash
 
 __all__ = [
     "BGL_ENTITY_PATTERNS", "CONFIG_DIR", "PACKAGED_MINILM", "REPO_ROOT", "SYNTHETIC_ENTITY_PATTERNS",
     "AdmissionConfig", "AuthConfig", "ClusterConfig", "DataConfig", "EmbedderConfig", "EngineConfig",
     "EngramConfig", "EntityConfig", "EpisodicConfig", "EvictionConfig", "GateConfig", "ModelsConfig", "PathsConfig",
     "ROLES", "Role",
-    "RerankConfig", "RouterConfig", "ScoringConfig", "Section", "TierConfig", "TierMemoryConfig",
+    "RerankConfig", "RouterConfig", "ScoringConfig", "Section", "TenantHash", "TierConfig", "TierMemoryConfig",
     "deep_merge", "load_config", "profile_data", "profile_path",
 ]
 

@@ -10,6 +10,8 @@ from pydantic import Field, field_validator
 from core.cache import default_cache_dir
 from core.config.base import Section, default_shared
 
+TenantHash = Literal["rendezvous", "modulo"]  # actors/shards.py: shard_of
+
 
 class DataConfig(Section):
     locomo_path: Path = Field(
@@ -35,11 +37,24 @@ class ClusterConfig(Section):
     """The actor topology of the service on Ray (names, counts, placement, restarts)."""
 
     namespace: str = Field("engram", min_length=1, description="Ray namespace of the named actors.")
-    tier_shards: int = Field(2, ge=1, le=4096, description="Tier-shard actors; a tenant lives on hash(tenant) % n.")
-    assistant_actors: int = Field(
-        2, ge=1, le=4096, description="Assistant actors; each hosts many segments (hash(tenant, segment) % n)."
+    tier_shards: int = Field(
+        2, ge=1, le=4096, description="Tier-shard actors; a tenant lives on one of them, chosen by tenant_hash."
     )
-    router_shards: int = Field(1, ge=1, le=4096, description="Router actors; a tenant's router is hash(tenant) % n.")
+    assistant_actors: int = Field(
+        2, ge=1, le=4096,
+        description="Assistant actors; each hosts many segments, placed by tenant_hash of (tenant, segment).",
+    )
+    router_shards: int = Field(
+        1, ge=1, le=4096, description="Router actors; a tenant's router is chosen by tenant_hash."
+    )
+    tenant_hash: TenantHash = Field(
+        "rendezvous",
+        description="How a tenant (and a segment) is placed on the shards of each kind. 'rendezvous' (highest "
+        "random weight) moves about 1/n of the tenants when a shard count changes (only to an added shard, or "
+        "only a removed shard's own); 'modulo' (hash % n) is the scheme of earlier versions and moves almost all "
+        "of them. A storage_dir written by an earlier version needs 'modulo' (tenants would otherwise be looked "
+        "up on other shards than the ones holding their state).",
+    )
     assistant_max_concurrency: int = Field(
         8, ge=1, le=1024,
         description="Concurrent calls an assistant actor serves (Ray max_concurrency); they wait on the small-model "
