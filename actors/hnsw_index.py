@@ -104,7 +104,9 @@ class ExactIndex:
 
     def search(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         live = np.flatnonzero(self._live)
-        sims = self._vectors[live] @ np.asarray(vector, dtype=np.float32)
+        # NOTE: einsum, not BLAS: a row's similarity must not depend on how many rows are live (BLAS's kernels
+        # round a row differently by its position in the block), or an imported copy would score differently.
+        sims = np.einsum("ij,j->i", self._vectors[live], np.asarray(vector, dtype=np.float32))
         order = np.argsort(-sims, kind="stable")[:k]
         return live[order], sims[order]
 
