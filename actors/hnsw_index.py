@@ -102,6 +102,11 @@ class ExactIndex:
     def remove(self, slots: np.ndarray) -> None:
         self._live[slots] = False
 
+    def live(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, vectors) of the live points."""
+        slots = np.flatnonzero(self._live)
+        return slots, self._vectors[slots]
+
     def search(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         live = np.flatnonzero(self._live)
         # NOTE: einsum, not BLAS: a row's similarity must not depend on how many rows are live (BLAS's kernels
@@ -140,11 +145,10 @@ class AdaptiveIndex:
     def add(self, slots: np.ndarray, vectors: np.ndarray) -> None:
         self._index.add(slots, vectors)
         if not self.promoted and len(self._index) >= self._hnsw_from:
-            exact = self._index
-            assert isinstance(exact, ExactIndex)
-            live = np.flatnonzero(exact._live)
+            assert isinstance(self._index, ExactIndex)
+            slots, vectors = self._index.live()
             self._index = HnswIndex(self.dim, self._capacity, **self._hnsw_args)  # type: ignore[arg-type]
-            self._index.add(live, exact._vectors[live])
+            self._index.add(slots, vectors)
 
     def remove(self, slots: np.ndarray) -> None:
         self._index.remove(slots)

@@ -1,4 +1,4 @@
-"""One memory tier: an HNSW index plus per-item metadata held in column arrays.
+"""One memory tier: a vector index (exact while small, HNSW above) plus per-item metadata in column arrays.
 
 A ``TierShard`` stores up to ``capacity`` items in numbered slots. ``capacity`` is a bound, not an allocation:
 the columns and the HNSW index start with room for ``initial_slots`` items and double as items arrive, so a

@@ -82,12 +82,16 @@ def _add(core: Any, tenant: str, start: int, vectors: np.ndarray, texts: Sequenc
     core.add(tenant, ids, batch_texts, vectors, [0.5] * n, [{"turn": start + i} for i in range(n)])
 
 
-def _search_times(core: Any, tenants: Sequence[str], queries: Sequence[str], qvecs: np.ndarray) -> list[float]:
+def _search_times(core: Any, tenants: Sequence[str], queries: Sequence[str], qvecs: np.ndarray | None = None,
+                  encoder: Any = None) -> list[float]:
+    """Seconds per ``search`` (k=10), tenants in turn: with the given query vectors, or (``qvecs`` None) with each
+    query embedded by ``encoder`` inside the timed span."""
     times = []
-    for i, (q, v) in enumerate(zip(queries, qvecs, strict=True)):
+    for i, q in enumerate(queries):
         tenant = tenants[i % len(tenants)]
         t = time.perf_counter()
-        core.search(tenant, q, v, 10)
+        vector = qvecs[i] if qvecs is not None else encoder.encode([q], is_query=True)[0]
+        core.search(tenant, q, vector, 10)
         times.append(time.perf_counter() - t)
     return times
 
@@ -116,7 +120,7 @@ def one_user(cfg: EngramConfig, sizes: list[int], source: VectorSource, texts: S
     journal = workdir / "one-user"
     core = DurableTiers(cfg.tiers, dim, journal_dir=journal, snapshot_every=10**9)
     qvecs = encoder.encode(list(queries), is_query=True)
-    base, held, rows = rss_mb(), 0, []
+    base, held, previous, rows = rss_mb(), 0, 0, []
     bar = tqdm(total=max(sizes), desc="one user: memories", unit="mem", unit_scale=True)
     for size in sizes:
         t = time.perf_counter()
@@ -137,21 +141,18 @@ def one_user(cfg: EngramConfig, sizes: list[int], source: VectorSource, texts: S
         insert_s += time.perf_counter() - t
         _search_times(core, ["u"], queries[:20], qvecs[:20])  # warm
         search = percentiles_ms(_search_times(core, ["u"], queries, qvecs))
-        with_embed = []
-        for q in queries:
-            t = time.perf_counter()
-            core.search("u", q, encoder.encode([q], is_query=True)[0], 10)
-            with_embed.append(time.perf_counter() - t)
+        with_embed = _search_times(core, ["u"], queries, encoder=encoder)
         rss = rss_mb()
         del core
         core, restart_s, replayed = _restart(DurableTiers, cfg, dim, journal)
-        assert len(core._memories["u"]) == size, "restart lost memories"
+        assert core.stats()["u"]["items"] == size, "restart lost memories"
         row = {"memories": size, "search_p50_ms": search["p50"], "search_p95_ms": search["p95"],
                "search_with_embed_p50_ms": percentiles_ms(with_embed)["p50"],
-               "insert_per_s": (size - (rows[-1]["memories"] if rows else 0)) / insert_s,
+               "insert_per_s": (size - previous) / insert_s,
                "rss_mb": rss, "memory_mb": rss - base, "snapshot_mb": snapshot_mb, "snapshot_s": snapshot_s,
                "restart_s": restart_s, "replayed_records": replayed}
         rows.append(row)
+        previous = size
         tqdm.write(f"{size:>9,d} memories: search p50 {row['search_p50_ms']:.2f} ms, {row['insert_per_s']:.0f}/s, "
                    f"{row['memory_mb']:.0f} MB, snapshot {snapshot_mb:.0f} MB in {snapshot_s:.1f} s, "
                    f"restart {restart_s:.1f} s")
@@ -195,6 +196,12 @@ def many_users(cfg: EngramConfig, tenants: int, source: VectorSource, texts: Seq
             "snapshot_s": snapshot_s, "restart_s": restart_s}
 
 
+def _embed_seconds(embedder: Any, text: str) -> float:
+    t = time.perf_counter()
+    embedder.encode([text], is_query=True)
+    return time.perf_counter() - t
+
+
 def write_table(path: Path, rows: list[dict[str, Any]], tenants: dict[str, Any] | None, embed_p50: float) -> None:
     lines = ["| memories | search p50 / p95 (ms) | with query embedding p50 (ms) | inserts/s | RSS (MB) | "
              "memory (MB) | snapshot (MB, s) | restart (s) |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -235,7 +242,7 @@ def main(argv: list[str] | None = None) -> None:
     turns = [t.text for c in convs for t in c.turns][: args.sample]
     questions = [q.question for c in convs for q in c.questions][: args.queries]
     sample, _ = embed_cached(embedder, turns, cfg.paths.cache_dir, label="scale-sample")
-    embed_p50 = percentiles_ms([_timed(embedder, q) for q in questions])["p50"]
+    embed_p50 = percentiles_ms([_embed_seconds(embedder, q) for q in questions])["p50"]
     work = Path(tempfile.mkdtemp(prefix="engram-scale-", dir=args.workdir))
     try:
         rows = one_user(cfg, sizes, VectorSource(sample), turns, questions, embedder, batch=args.batch,
@@ -250,12 +257,6 @@ def main(argv: list[str] | None = None) -> None:
     ratio = rows[-1]["search_p50_ms"] / rows[0]["search_p50_ms"]
     emit_json({"sizes": rows, "tenants": tenants, "embed_p50_ms": embed_p50,
                "search_p50_ratio_largest_to_smallest": ratio, "sample": len(turns), "queries": len(questions)})
-
-
-def _timed(embedder: Any, text: str) -> float:
-    t = time.perf_counter()
-    embedder.encode([text], is_query=True)
-    return time.perf_counter() - t
 
 
 if __name__ == "__main__":
