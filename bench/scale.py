@@ -235,19 +235,21 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--sizes must ascend and each exceed --replay ({args.replay})")
     cfg = load_config()
     from serve.embedder import Embedder
+    from serve.query_encoder import build_query_encoder
 
     embedder = Embedder(cfg.embedder)
-    warm_up(embedder)
+    encoder = build_query_encoder(cfg.embedder, cfg.paths.cache_dir)  # what the ingress embeds queries with
+    warm_up(encoder)
     convs = split(load_locomo(args.data or cfg.data.locomo_path), "train")
     turns = [t.text for c in convs for t in c.turns][: args.sample]
     questions = [q.question for c in convs for q in c.questions][: args.queries]
     sample, _ = embed_cached(embedder, turns, cfg.paths.cache_dir, label="scale-sample")
-    embed_p50 = percentiles_ms([_embed_seconds(embedder, q) for q in questions])["p50"]
+    embed_p50 = percentiles_ms([_embed_seconds(encoder, q) for q in questions])["p50"]
     work = Path(tempfile.mkdtemp(prefix="engram-scale-", dir=args.workdir))
     try:
-        rows = one_user(cfg, sizes, VectorSource(sample), turns, questions, embedder, batch=args.batch,
+        rows = one_user(cfg, sizes, VectorSource(sample), turns, questions, encoder, batch=args.batch,
                         replay=args.replay, workdir=work)
-        tenants = (many_users(cfg, args.tenants, VectorSource(sample, seed=1), turns, questions, embedder,
+        tenants = (many_users(cfg, args.tenants, VectorSource(sample, seed=1), turns, questions, encoder,
                               workdir=work) if args.tenants else None)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -256,7 +258,8 @@ def main(argv: list[str] | None = None) -> None:
     write_table(out / "results.md", rows, tenants, embed_p50)
     ratio = rows[-1]["search_p50_ms"] / rows[0]["search_p50_ms"]
     emit_json({"sizes": rows, "tenants": tenants, "embed_p50_ms": embed_p50,
-               "search_p50_ratio_largest_to_smallest": ratio, "sample": len(turns), "queries": len(questions)})
+               "query_runtime": cfg.embedder.query_runtime, "search_p50_ratio_largest_to_smallest": ratio,
+               "sample": len(turns), "queries": len(questions)})
 
 
 if __name__ == "__main__":

@@ -93,11 +93,13 @@ class MemoryAPI:
         # module's; the class itself travels by reference.
         ApiKeyCheck.store = KeyStore(self.config.auth.keys_file) if self.config.auth.required else None
         if self.config.cluster.local_query_embedding:
-            from serve.embedder import Embedder
             from serve.pool import use_cores
+            from serve.query_batcher import QueryBatcher
+            from serve.query_encoder import build_query_encoder
 
             use_cores(self.config.embedder.num_threads)
-            self._query_embedder = Embedder(self.config.embedder)
+            encoder = build_query_encoder(self.config.embedder, self.config.paths.cache_dir)
+            self._query_embedder = QueryBatcher(encoder.encode)
         shards = ActorShards(self.config, self.topology)
         classify = None if admission is None else self._classify
         self.writes = WritePath(self.config, shards, self._embed, classify)
@@ -120,7 +122,7 @@ class MemoryAPI:
 
     async def _embed(self, texts: list[str], is_query: bool = False) -> np.ndarray:
         if is_query and self._query_embedder is not None:
-            return await asyncio.to_thread(self._query_embedder.encode, texts, is_query=True)
+            return await self._query_embedder.embed(texts)
         return await self.embedder.encode.remote(texts, is_query)
 
     async def _classify(self, chunks: list[np.ndarray]) -> list:
