@@ -92,6 +92,7 @@ class MemoryAPI:
         # NOTE: on the class: Serve hands the replica a pickled copy of the app, whose API_KEY instance is not this
         # module's; the class itself travels by reference.
         ApiKeyCheck.store = KeyStore(self.config.auth.keys_file) if self.config.auth.required else None
+        Topology.check_storage(self.config)  # NOTE: fail the deployment now, not every request later
         if self.config.cluster.local_query_embedding:
             from serve.pool import use_cores
             from serve.query_batcher import QueryBatcher

@@ -18,6 +18,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.placement_record import check_placement
 from actors.remote import AssistantActor, RouterActor, TierShardActor
 from actors.shards import Placement, assistant_options, shard_counts
 from core.config import EngramConfig
@@ -51,9 +52,17 @@ class Topology:
         return dict(shard_counts(config))
 
     @classmethod
+    def check_storage(cls, config: EngramConfig) -> None:
+        """Refuse a storage_dir whose state was placed by another scheme or shard counts (actors.placement_record)."""
+        if config.cluster.storage_dir is not None:
+            root = Path(config.cluster.storage_dir).expanduser() / config.cluster.namespace
+            check_placement(root, Placement(cls.counts(config), config.cluster.tenant_hash))
+
+    @classmethod
     def start(cls, config: EngramConfig, *, dim: int, app_name: str = "engram") -> Topology:
         """Create the named actors (or attach to those that exist)."""
         topo = cls(config, {k: [] for k in cls.KINDS}, dim=dim, app_name=app_name)
+        cls.check_storage(config)
         nodes = topo._alive_nodes()
         for kind, n in cls.counts(config).items():
             topo.actors[kind] = [topo._create(kind, i, nodes) for i in range(n)]

@@ -52,8 +52,9 @@ class ClusterConfig(Section):
         description="How a tenant (and a segment) is placed on the shards of each kind. 'rendezvous' (highest "
         "random weight) moves about 1/n of the tenants when a shard count changes (only to an added shard, or "
         "only a removed shard's own); 'modulo' (hash % n) is the scheme of earlier versions and moves almost all "
-        "of them. A storage_dir written by an earlier version needs 'modulo' (tenants would otherwise be looked "
-        "up on other shards than the ones holding their state).",
+        "of them. A storage_dir records the scheme and shard counts it was first written under (placement.json) and "
+        "the service refuses to start on it with others (tenants would be looked up on shards that do not hold "
+        "their state); one written before the record needs 'modulo'.",
     )
     assistant_max_concurrency: int = Field(
         8, ge=1, le=1024,
