@@ -14,12 +14,12 @@ Moving tenants between shards (to change the scheme or the counts) is not implem
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
 
-from actors.shards import Placement
+from actors.shards import SHARD_FIELDS, Placement
+from core.files import replaced_atomically
 
 RECORD = "placement.json"
 LEGACY_SCHEME = "modulo"  # NOTE: how versions before the record placed tenants (tenant_hash did not exist)
@@ -31,8 +31,7 @@ class StoredPlacementError(RuntimeError):
 
 
 def _settings(scheme: str, counts: dict[str, int]) -> str:
-    names = {"tier": "tier_shards", "router": "router_shards", "assistants": "assistant_actors"}
-    parts = [f"cluster.tenant_hash={scheme}"] + [f"cluster.{names[k]}={counts[k]}" for k in sorted(counts)]
+    parts = [f"cluster.tenant_hash={scheme}"] + [f"cluster.{SHARD_FIELDS[k]}={counts[k]}" for k in sorted(counts)]
     return ", ".join(parts)
 
 
@@ -73,7 +72,6 @@ def check_placement(root: Path, placement: Placement) -> dict[str, Any]:
                 "with the former settings to keep these tenants' memories."
             )
     root.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{RECORD}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(wanted, indent=1) + "\n")
-    os.replace(tmp, path)
+    with replaced_atomically(path) as tmp:
+        tmp.write_text(json.dumps(wanted, indent=1) + "\n")
     return wanted

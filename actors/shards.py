@@ -208,11 +208,13 @@ def assistant_options(config: EngramConfig) -> dict[str, Any]:
             "method": ep.extraction, "shortlist": ep.shortlist, "terms": line_terms(config.router)}
 
 
+SHARD_FIELDS: dict[Kind, str] = {"tier": "tier_shards", "router": "router_shards", "assistants": "assistant_actors"}
+
+
 def shard_counts(config: EngramConfig) -> dict[Kind, int]:
     """Cores of each kind in the configured topology (``cluster.tier_shards`` / ``router_shards`` /
     ``assistant_actors``)."""
-    c = config.cluster
-    return {"tier": c.tier_shards, "router": c.router_shards, "assistants": c.assistant_actors}
+    return {kind: getattr(config.cluster, field) for kind, field in SHARD_FIELDS.items()}
 
 
 class LocalShards(Placement):

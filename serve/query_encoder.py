@@ -20,8 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from core.config import EmbedderConfig
+from core.files import replaced_atomically
 from serve.embedder import Embedder, ModelNotAvailableError, resolve_embedder_path
 
 logger = logging.getLogger(__name__)
@@ -83,12 +82,6 @@ class SentenceModelSpec:
         return h.hexdigest()
 
 
-def _atomic_target(path: Path) -> Path:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    return Path(tmp)
-
-
 def export_onnx(spec: SentenceModelSpec, target: Path) -> None:
     """The transformer of ``spec`` (last hidden state; pooling runs in numpy) -> ONNX graph at ``target``."""
     import torch
@@ -111,30 +104,21 @@ def export_onnx(spec: SentenceModelSpec, target: Path) -> None:
             return self.inner(**dict(zip(names, inputs, strict=True))).last_hidden_state
 
     axes = {n: {0: "batch", 1: "tokens"} for n in [*names, "last_hidden_state"]}
-    tmp = _atomic_target(target)
-    try:
-        with torch.no_grad(), warnings.catch_warnings():
-            # NOTE: the tracer warns about shape checks it folds into constants and about how it exports
-            # indexing; tests/models/test_query_encoder.py checks the graph on other lengths and padded batches
-            warnings.simplefilter("ignore")
-            torch.onnx.export(LastHidden(model), tuple(sample[n] for n in names), str(tmp), input_names=names,
-                              output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=ONNX_OPSET,
-                              dynamo=False)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with replaced_atomically(target) as tmp, torch.no_grad(), warnings.catch_warnings():
+        # NOTE: the tracer warns about shape checks it folds into constants and about how it exports
+        # indexing; tests/models/test_query_encoder.py checks the graph on other lengths and padded batches
+        warnings.simplefilter("ignore")
+        torch.onnx.export(LastHidden(model), tuple(sample[n] for n in names), str(tmp), input_names=names,
+                          output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=ONNX_OPSET,
+                          dynamo=False)
 
 
 def quantize_onnx(source: Path, target: Path) -> None:
     """int8 weights, per output channel, activations quantized at run time (dynamic)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    tmp = _atomic_target(target)
-    try:
+    with replaced_atomically(target) as tmp:
         quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def onnx_graph(spec: SentenceModelSpec, cache_dir: Path, *, int8: bool) -> Path:
