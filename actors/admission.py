@@ -44,6 +44,7 @@ CONTENT_TYPES = ("fact", "preference", "plan", "emotion", "event", "other")
 WEIGHTS_DIR = "admission"  # under the config's paths.cache_dir
 WEIGHTS_FILE = "admission.pt"
 SETTINGS_FILE = "admission.json"
+PACKAGED_WEIGHTS = "admission_heads"  # folder next to this module: the committed heads (admission.weights: packaged)
 TRAIN_COMMAND = "python -m cluster.train_admission"
 
 # Keyword rule for the content-type label, checked in this order; the first match wins, else "other".
@@ -179,15 +180,38 @@ def decoder_of(model: nn.Module) -> nn.Module:
     return inner if isinstance(inner, nn.Module) else model
 
 
-class AdmissionModel(nn.Module):
-    """Projector + frozen backbone + op / content-type heads. ``forward(embeds, mask) -> (op, type) logits``."""
+def truncate_layers(decoder: nn.Module, exit_layer: int | None) -> int:
+    """Keep the first ``exit_layer`` decoder layers of ``decoder`` (all when None) and return how many it keeps.
 
-    def __init__(self, backbone: nn.Module, embed_dim: int, projector_hidden: int = 1024) -> None:
+    The dropped layers are freed: an early exit reads, and holds, only the weights it runs. The decoder's final
+    norm still runs on the exit's hidden state. ``exit_layer=0`` runs no layer: the heads then read the
+    projected current turn alone (the "no backbone" ablation of docs/admission.md).
+    """
+    layers = decoder.layers
+    if exit_layer is None or exit_layer >= len(layers):
+        return len(layers)
+    if exit_layer < 0:
+        raise ValueError(f"exit_layer must be >= 0, got {exit_layer}")
+    decoder.layers = nn.ModuleList(list(layers)[:exit_layer])
+    decoder.config.num_hidden_layers = exit_layer
+    return exit_layer
+
+
+class AdmissionModel(nn.Module):
+    """Projector + frozen backbone + op / content-type heads. ``forward(embeds, mask) -> (op, type) logits``.
+
+    ``exit_layer`` (None = all layers): the heads read the hidden state after that many decoder layers, and
+    the layers after it are dropped (see :func:`truncate_layers`).
+    """
+
+    def __init__(self, backbone: nn.Module, embed_dim: int, projector_hidden: int = 1024,
+                 exit_layer: int | None = None) -> None:
         super().__init__()
         self.backbone = decoder_of(backbone)
         for p in self.backbone.parameters():
             p.requires_grad_(False)
         self.backbone.eval()
+        self.exit_layer = truncate_layers(self.backbone, exit_layer)
         hidden = int(self.backbone.config.hidden_size)
         table = self.backbone.get_input_embeddings().weight.detach()
         rms = float(table.pow(2).mean(-1).sqrt().mean())
@@ -233,6 +257,34 @@ def load_backbone(name_or_path: str, cache_dir: str | Path | None = None, device
     return decoder_of(model).to(device).eval()
 
 
+def quantize_int8(module: nn.Module) -> nn.Module:
+    """``module`` with every ``nn.Linear`` replaced by a dynamically quantized int8 one (weights int8 per
+    tensor, activations quantized per call); CPU only. The admission backbone's batch-1 pass is bound by
+    reading its weights, so int8 reads a quarter of float32's bytes."""
+    import warnings
+
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():
+        # NOTE: torch 2.13 marks its quantized tensor types deprecated (to move to torchao); the pinned
+        # torch still runs them, and measured (docs/admission.md) they halve the batch-1 pass.
+        warnings.filterwarnings("ignore", category=UserWarning, message=r".*deprecated.*")
+        return quantize_dynamic(module, {nn.Linear}, dtype=torch.qint8)
+
+
+def packaged_weights() -> Path:
+    """The admission heads committed with the code (trained by ``python -m cluster.train_admission``; their
+    settings name the commit and the data hash they were trained from)."""
+    return Path(__file__).with_name(PACKAGED_WEIGHTS)
+
+
+def configured_weights(config: EngramConfig) -> Path:
+    """Where the service reads the admission weights: ``admission.weights`` ('packaged' = the committed heads,
+    else a folder such as ``<cache_dir>/admission``, the training command's default output)."""
+    where = config.admission.weights
+    return packaged_weights() if where == "packaged" else Path(where).expanduser()
+
+
 class AdmissionClassifier:
     """Loads backbone + trained projector/heads once; ``classify(chunks)`` decides a batch in one pass."""
 
@@ -251,38 +303,45 @@ class AdmissionClassifier:
         dtype: str = "float32",
         *,
         threshold: float,
+        cache_dir: str | Path | None = None,
     ) -> AdmissionClassifier:
         """Read ``<path>/admission.pt`` + ``admission.json`` (written by ``python -m cluster.train_admission``).
 
         ``backbone_loader(name)`` builds the backbone the settings name (default: :func:`load_backbone` in
-        ``dtype``; the projector and heads always run in float32). The trained threshold of the settings wins;
-        ``threshold`` (the config's ``admission.threshold``) is used when none is saved.
+        ``dtype``, converted models under ``cache_dir``; ``int8`` loads float32 and quantizes the layers the
+        exit keeps). The settings' ``exit_layer`` (how many layers the heads were trained after) decides how
+        much of the backbone runs. The projector and heads always run in float32. The trained threshold of the
+        settings wins; ``threshold`` (the config's ``admission.threshold``) is used when none is saved.
         """
         path = Path(path)
         require_weights(path)
         weights, settings_file = path / WEIGHTS_FILE, path / SETTINGS_FILE
         settings: dict[str, Any] = json.loads(settings_file.read_text())
-        loader = backbone_loader or (lambda name: load_backbone(name, settings.get("cache_dir"), device, dtype))
-        model = AdmissionModel(loader(settings["backbone"]), settings["embed_dim"], settings["projector_hidden"])
+        load_dtype = "float32" if dtype == "int8" else dtype
+        backbone_cache = cache_dir if cache_dir is not None else settings.get("cache_dir")
+        loader = backbone_loader or (lambda name: load_backbone(name, backbone_cache, device, load_dtype))
+        model = AdmissionModel(loader(settings["backbone"]), settings["embed_dim"], settings["projector_hidden"],
+                               exit_layer=settings.get("exit_layer"))
         state = torch.load(weights, map_location="cpu", weights_only=True)
         missing, unexpected = model.load_state_dict(state, strict=False)
         missing = [k for k in missing if not k.startswith("backbone.")]
         if missing or unexpected:
             raise ValueError(f"{weights}: checkpoint does not fit the model (missing {missing}, extra {unexpected})")
+        if dtype == "int8":
+            model.backbone = quantize_int8(model.backbone)
         saved = settings.get("threshold")
         chosen = float(threshold if saved is None else saved)
-        log.info("admission classifier loaded from %s (threshold %.3f, %s)", path, chosen,
-                 "configured" if saved is None else "trained")
+        log.info("admission classifier loaded from %s (exit after %d layers, %s, threshold %.3f, %s)", path,
+                 model.exit_layer, dtype, chosen, "configured" if saved is None else "trained")
         return cls(model.to(device), threshold=chosen)
 
     @classmethod
     def from_config(cls, config: EngramConfig) -> AdmissionClassifier:
-        """The trained classifier of ``config``: weights from :func:`weights_dir` of ``paths.cache_dir``,
-        on ``admission.device``, backbone in ``admission.dtype``; ``admission.threshold`` when no trained
-        threshold is saved."""
+        """The trained classifier of ``config``: weights from :func:`configured_weights`, on ``admission.device``,
+        backbone in ``admission.dtype``; ``admission.threshold`` when no trained threshold is saved."""
         acfg = config.admission
-        return cls.load(weights_dir(config.paths.cache_dir), device=acfg.device, dtype=acfg.dtype,
-                        threshold=acfg.threshold)
+        return cls.load(configured_weights(config), device=acfg.device, dtype=acfg.dtype,
+                        threshold=acfg.threshold, cache_dir=config.paths.cache_dir)
 
     @torch.inference_mode()
     def p_add(self, chunks: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -17,7 +17,13 @@ import numpy as np
 from actors.tenant_export import memory_item, memory_record
 from actors.tier import MemoryItem
 from actors.tiered_memory import Hit, TieredMemory
+from actors.write_links import Known, WriteLink, fact_slots, judge, latest_holders
 from core.config import TierMemoryConfig
+
+
+def known(item_id: Any, text: str, metadata: dict[str, Any] | None, similarity: float) -> Known:
+    meta = metadata or {}
+    return Known(str(item_id), text, meta.get("speaker"), similarity, meta.get("facts") or {})
 
 
 class VectorsOnly:
@@ -49,6 +55,7 @@ class StoredMemory:
 class AddReport:
     stored: int
     evicted: int  # left the last tier for good during this write
+    links: list[dict[str, Any] | None] = field(default_factory=list)  # per offered item: duplicate / supersedes
 
 
 class TenantTiers:
@@ -82,13 +89,54 @@ class TenantTiers:
         importance: Sequence[float],
         metadata: Sequence[dict[str, Any]],
     ) -> AddReport:
+        """Store admitted items. With ``dedup.enabled`` (actors/write_links.py) an item that duplicates one of
+        its speaker's memories (``metadata['speaker']``) is not stored; one that changes a fact slot is stored
+        with ``supersedes`` in its metadata and the older memory gets ``superseded_by``. ``links`` says which,
+        per offered item (None: stored as new)."""
         if not ids:
             return AddReport(0, 0)
         mem = self._memory(tenant, create=True)
+        vectors = np.asarray(vectors, np.float32)
+        metadata = [dict(m or {}) for m in metadata]  # NOTE: copies: the journal keeps the caller's arguments
+        links: list[WriteLink | None] = [None] * len(ids)
+        if self.config.dedup.enabled:
+            links = self._judge(mem, ids, texts, vectors, metadata)
+        keep = [i for i, link in enumerate(links) if link is None or link.kind != "duplicate"]
+        for i in keep:
+            facts = fact_slots(texts[i])
+            if facts:
+                metadata[i]["facts"] = facts
+            if links[i] is not None:
+                metadata[i]["supersedes"] = links[i].target
         pruned = mem.stats.pruned
-        mem.add(list(texts), ids=list(ids), importance=list(importance), vectors=np.asarray(vectors, np.float32),
-                metadata=list(metadata))
-        return AddReport(len(ids), mem.stats.pruned - pruned)
+        mem.add([texts[i] for i in keep], ids=[ids[i] for i in keep], importance=[importance[i] for i in keep],
+                vectors=vectors[keep], metadata=[metadata[i] for i in keep])
+        for i in keep:
+            if links[i] is not None:
+                mem.annotate(links[i].target, {"superseded_by": ids[i]})
+        return AddReport(len(keep), mem.stats.pruned - pruned, [None if x is None else x.as_dict() for x in links])
+
+    def _judge(self, mem: TieredMemory, ids: Sequence[str], texts: Sequence[str], vectors: np.ndarray,
+               metadata: Sequence[dict[str, Any]]) -> list[WriteLink | None]:
+        """The write link of each offered item against the stored memories and the batch's earlier items."""
+        cfg = self.config.dedup
+        facts = [fact_slots(t) for t in texts]
+        stored: list[Known] | None = None  # the tenant's memories, oldest first: read only if a turn states a slot
+        links: list[WriteLink | None] = []
+        for i, text in enumerate(texts):
+            speaker = metadata[i].get("speaker")
+            # NOTE: the item itself (a resent write, same id) is no neighbour: re-adding an id stays idempotent
+            near = [known(it.id, it.text, it.metadata, sim) for it, sim in mem.nearest(vectors[i], cfg.neighbours)
+                    if str(it.id) != ids[i]]
+            batch = [Known(ids[j], texts[j], metadata[j].get("speaker"), float(vectors[i] @ vectors[j]), facts[j])
+                     for j in range(i) if links[j] is None or links[j].kind != "duplicate"]
+            holders: dict[str, Known] = {}
+            if facts[i]:
+                if stored is None:
+                    stored = [known(item_id, text, meta, 0.0) for item_id, text, meta in mem.records()]
+                holders = latest_holders([m for m in stored if m.id != ids[i]] + batch, speaker, facts[i])
+            links.append(judge(text, speaker, facts[i], near + batch, holders, cfg.duplicate_similarity))
+        return links
 
     def search(self, tenant: str, query: str, vector: np.ndarray, k: int) -> list[Hit]:
         mem = self._memory(tenant)

@@ -196,14 +196,14 @@ class TierShard:
         if len(slots) == 0:  # only protected items left: the guard forbids deleting any
             self._grow(self.capacity * 2)
             return []
-        items = [self._item_at(int(s)) for s in slots]
+        items = [self.item_at(int(s)) for s in slots]
         self._release(slots)
         return items
 
     def remove(self, item_ids: Sequence[ItemId]) -> list[MemoryItem]:
         """Remove items by id (unknown ids are ignored); returns what was removed."""
         slots = np.asarray([self._slot_of[i] for i in item_ids if i in self._slot_of], dtype=np.int64)
-        items = [self._item_at(int(s)) for s in slots]
+        items = [self.item_at(int(s)) for s in slots]
         self._release(slots)
         return items
 
@@ -217,7 +217,7 @@ class TierShard:
             self.ids[s], self.texts[s], self.entities[s], self.metadata[s] = None, "", (), None
             self._free.append(s)
 
-    def _item_at(self, slot: int) -> MemoryItem:
+    def item_at(self, slot: int) -> MemoryItem:
         row = self.entity_ids[slot]
         return MemoryItem(
             id=self.ids[slot], text=self.texts[slot], vector=self.vectors[slot].copy(),
@@ -226,14 +226,27 @@ class TierShard:
             created_at=self.created_at[slot], metadata=self.metadata[slot],
         )
 
+    def annotate(self, item_id: ItemId, fields: dict[str, Any]) -> bool:
+        """Merge ``fields`` into an item's metadata; False when the item is not in this tier."""
+        slot = self._slot_of.get(item_id)
+        if slot is None:
+            return False
+        self.metadata[slot] = {**(self.metadata[slot] or {}), **fields}
+        return True
+
     def get(self, item_id: ItemId) -> MemoryItem | None:
         slot = self._slot_of.get(item_id)
-        return None if slot is None else self._item_at(slot)
+        return None if slot is None else self.item_at(slot)
 
     def items(self, start: int = 0, stop: int | None = None) -> list[MemoryItem]:
         """Items in insertion order; ``start``/``stop`` slice that order before any item is built."""
         slots = sorted(self._slot_of.values(), key=lambda s: self.seq[s])[start:stop]
-        return [self._item_at(s) for s in slots]
+        return [self.item_at(s) for s in slots]
+
+    def records(self) -> list[tuple[ItemId, str, dict[str, Any] | None, float]]:
+        """(id, text, metadata, created_at) of every item in insertion order, without building items."""
+        slots = sorted(self._slot_of.values(), key=lambda s: self.seq[s])
+        return [(self.ids[s], self.texts[s], self.metadata[s], self.created_at[s] or 0.0) for s in slots]
 
     # -- reads -----------------------------------------------------------------------------
     def search(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

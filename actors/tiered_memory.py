@@ -157,6 +157,27 @@ class TieredMemory:
                 return tier.name, item
         return None
 
+    def annotate(self, item_id: ItemId, fields: dict[str, Any]) -> bool:
+        """Merge ``fields`` into the metadata of a stored item (whichever tier holds it)."""
+        return any(tier.annotate(item_id, fields) for tier in self.tiers)
+
+    def records(self) -> list[tuple[ItemId, str, dict[str, Any] | None]]:
+        """(id, text, metadata) of every item, oldest first (by creation time, then tier order); no vectors."""
+        rows = [(it_created, n, item_id, text, meta) for n, tier in enumerate(self.tiers)
+                for item_id, text, meta, it_created in tier.records()]
+        rows.sort(key=lambda r: (r[0], r[1]))
+        return [(item_id, text, meta) for _, _, item_id, text, meta in rows]
+
+    def nearest(self, vector: np.ndarray, k: int) -> list[tuple[MemoryItem, float]]:
+        """Up to ``k`` most similar items of each tier with their cosine, without touching usage (a write's
+        dedup check is not a retrieval)."""
+        out = []
+        for tier in self.tiers:
+            if len(tier):
+                slots, sims = tier.search(vector, min(k, len(tier)))
+                out += [(tier.item_at(int(s)), float(sim)) for s, sim in zip(slots, sims, strict=True)]
+        return out
+
     def __len__(self) -> int:
         return sum(len(t) for t in self.tiers)
 

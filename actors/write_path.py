@@ -14,7 +14,7 @@ import asyncio
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -86,6 +86,7 @@ class WriteReport:
     decisions: list[Decision]
     closed: dict[int, list[Segment]]
     evicted: int
+    links: list[dict[str, Any] | None] = field(default_factory=list)  # per turn: duplicate / supersedes / None
 
     @property
     def admitted(self) -> list[bool]:
@@ -106,7 +107,7 @@ class WritePath:
                         session_id: str | None = None) -> WriteReport:
         ids = [t.turn_id for t in turns]
         vectors = await self.embed([t.line for t in turns])
-        decisions = await self._admit(tenant, turns, vectors)
+        decisions = list(await self._admit(tenant, turns, vectors))
         keep = [i for i, d in enumerate(decisions) if d.op == "ADD"]
         meta: list[dict[str, Any]] = [
             {"speaker": turns[i].speaker, "timestamp": turns[i].timestamp.isoformat(), "date_time": turns[i].date_time,
@@ -114,6 +115,13 @@ class WritePath:
         report = await tier(self.shards, tenant).add(
             tenant, [ids[i] for i in keep], [turns[i].text for i in keep], vectors[keep],
             [d.p_add if d.p_add is not None else 0.5 for d in (decisions[i] for i in keep)], meta)
+        # NOTE: the tier shard's dedup (actors/write_links.py) turns a duplicate into a NOOP that points at the
+        # memory it repeats; the episodic stream then leaves it out like any other NOOP.
+        links: list[dict[str, Any] | None] = [None] * len(turns)
+        for i, link in zip(keep, report.links or [None] * len(keep), strict=True):
+            links[i] = link
+            if link is not None and link["kind"] == "duplicate":
+                decisions[i] = replace(decisions[i], op="NOOP")
         stream = router(self.shards, tenant)
         closed = await stream.append(tenant, turns, vectors, [d.op == "ADD" for d in decisions])
         groups: dict[int, list[Segment]] = defaultdict(list)
@@ -122,7 +130,7 @@ class WritePath:
         if closed:
             await asyncio.gather(*(assistants(self.shards, i).add(tenant, segs) for i, segs in groups.items()))
             await stream.delivered(tenant, [seg.id for seg in closed])
-        return WriteReport(ids, decisions, dict(groups), report.evicted)
+        return WriteReport(ids, decisions, dict(groups), report.evicted, links)
 
     async def _admit(self, tenant: str, turns: Sequence[TurnRecord], vectors: np.ndarray) -> list[Decision]:
         if self.classify is None:  # admission.mode == store_all

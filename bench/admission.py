@@ -133,6 +133,46 @@ def type_agreement(predicted: Sequence[str], rule: Sequence[str]) -> dict[str, A
     }
 
 
+def time_variant(cfg: Any, weights: str, dtype: str, embedder: Any, turns: Sequence[Any],
+                 chunks: Sequence[np.ndarray], embed_batch_s: Sequence[float], sample: Sequence[int], batch: int,
+                 gold: np.ndarray) -> dict[str, Any]:
+    """One classifier variant (weights folder x backbone precision): decisions on every chunk, batched cost
+    (the batch's shared embedding time + its pass), and batch 1 on ``sample`` (embed the new turn, reuse the
+    stored vectors of the turns before it, classify)."""
+    variant_cfg = cfg.model_copy(deep=True)
+    variant_cfg.admission.weights, variant_cfg.admission.dtype = weights, dtype
+    clf = AdmissionClassifier.from_config(variant_cfg)
+    clf.classify([embedder.encode(["warm-up"])])
+    decisions, batch_ms = [], []
+    for n, start in enumerate(tqdm(range(0, len(chunks), batch), desc=f"classifier {weights} {dtype} batched",
+                                   file=sys.stderr)):
+        part = chunks[start : start + batch]
+        t0 = time.perf_counter()
+        decisions += clf.classify(part)
+        batch_ms.append((time.perf_counter() - t0 + embed_batch_s[n]) / len(part) * 1000)
+    single, embed_s, infer_s = [], [], []
+    for i in tqdm(sample, desc=f"classifier {weights} {dtype} batch 1", file=sys.stderr):
+        previous = chunks[i][:-1]
+        t0 = time.perf_counter()
+        vec = embedder.encode([render_turn(turns[i])])
+        t1 = time.perf_counter()
+        clf.classify([np.concatenate([previous, vec])])
+        t2 = time.perf_counter()
+        single.append(t2 - t0)
+        embed_s.append(t1 - t0)
+        infer_s.append(t2 - t1)
+    pred = np.array([d.op == "ADD" for d in decisions])
+    lat = percentiles_ms(single)
+    return {
+        "weights": weights, "dtype": dtype, "exit_layer": clf.model.exit_layer, "threshold": clf.threshold,
+        **quality(pred, gold), "p50_ms": lat["p50"], "p95_ms": lat["p95"],
+        "classify_p50_ms": percentiles_ms(infer_s)["p50"], "batched_per_turn_ms": float(np.median(batch_ms)),
+        "trainable_params": clf.model.trainable_parameters(),
+        "decisions": decisions, "pred": pred, "single_s": single, "embed_s": embed_s, "infer_s": infer_s,
+        "batch_ms": batch_ms,
+    }
+
+
 def markdown(summary: dict[str, Any]) -> str:
     lat, p95, bat = summary["latency_p50_ms"], summary["latency_p95_ms"], summary["batched_per_turn_ms"]
     cq = summary["classifier_sample"]
@@ -168,7 +208,19 @@ def markdown(summary: dict[str, Any]) -> str:
         f"macro-F1 {types['macro_f1']:.3f}; per type (F1 / support): "
         + ", ".join(f"{t} {v['f1']:.2f}/{v['support']}" for t, v in types["per_type"].items()) + "."
     )
-    return "\n".join(rows) + "\n" + tail + "\n"
+    variants = [
+        "\n| weights | exit after layers | backbone | precision | recall | F1 | stored | p50 ms (batch 1, embed "
+        "included) | classify p50 ms | ms/turn batched | speedup p50 | agreement with the first row |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for v in summary["variants"]:
+        agree = v.get("agreement_with_first")
+        variants.append(
+            f"| {v['weights']} | {v['exit_layer']} | {v['dtype']} | {v['precision']:.3f} | {v['recall']:.3f} | "
+            f"{v['f1']:.3f} | {v['stored_share']:.3f} | {v['p50_ms']:.1f} | {v['classify_p50_ms']:.1f} | "
+            f"{v['batched_per_turn_ms']:.1f} | {v['speedup_p50']:.1f}x | {'' if agree is None else f'{agree:.3f}'} |"
+        )
+    return "\n".join(rows) + "\n" + tail + "\n" + "\n".join(variants) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="first N turns of each conversation")
     parser.add_argument("--latency-turns", type=int, default=48, help="turns timed at batch 1 (both systems)")
     parser.add_argument("--batch", type=int, default=16, help="turns per batch in the batched timings")
+    parser.add_argument("--weights", default=None,
+                        help="comma-separated admission weights ('packaged' or folders; default admission.weights)")
+    parser.add_argument("--dtypes", default=None,
+                        help="comma-separated backbone precisions float32,bfloat16,int8 (default admission.dtype)")
     args = parser.parse_args(argv)
     setup_logging()
     cfg = load_config()
@@ -191,42 +247,35 @@ def main(argv: list[str] | None = None) -> int:
     from serve.engine import TransformersEngine
 
     embedder = Embedder(cfg.embedder)
-    clf = AdmissionClassifier.from_config(cfg)
-    trainable = clf.model.trainable_parameters()
     embedder.encode(["warm-up"])
-    clf.classify([embedder.encode(["warm-up"])])
-
-    # Classifier, batched, stream order: each batch's new turns embedded once, then one pass.
+    # Every turn embedded once, in stream order, in batches of --batch (timed: the batched cost includes it).
     stream = ChunkStream(embedder, cfg.admission.max_turns)
     chunks: list[np.ndarray] = []
-    decisions = []
-    batch_ms: list[float] = []
-    for start in tqdm(range(0, len(turns), args.batch), desc="classifier batched", file=sys.stderr):
-        batch = turns[start : start + args.batch]
+    embed_batch_s: list[float] = []
+    for start in tqdm(range(0, len(turns), args.batch), desc="embedding batched", file=sys.stderr):
         t0 = time.perf_counter()
-        new = stream.push(batch)
-        decisions += clf.classify(new)
-        batch_ms.append((time.perf_counter() - t0) / len(batch))
-        chunks += new
-    pred = np.array([d.op == "ADD" for d in decisions])
-
-    # Batch 1 on a sample: embed the new turn, reuse the stored vectors of the turns before it.
+        chunks += stream.push(turns[start : start + args.batch])
+        embed_batch_s.append(time.perf_counter() - t0)
     sample = even_sample(len(turns), args.latency_turns)
-    cls_s, embed_s, infer_s = [], [], []
-    for i in tqdm(sample, desc="classifier batch 1", file=sys.stderr):
-        previous = chunks[i][:-1]
-        t0 = time.perf_counter()
-        vec = embedder.encode([render_turn(turns[i])])
-        t1 = time.perf_counter()
-        clf.classify([np.concatenate([previous, vec])])
-        t2 = time.perf_counter()
-        cls_s.append(t2 - t0)
-        embed_s.append(t1 - t0)
-        infer_s.append(t2 - t1)
+    weights = [w.strip() for w in (args.weights or cfg.admission.weights).split(",") if w.strip()]
+    dtypes = [d.strip() for d in (args.dtypes or cfg.admission.dtype).split(",") if d.strip()]
+    variants = [time_variant(cfg, w, d, embedder, turns, chunks, embed_batch_s, sample, args.batch, gold)
+                for w in weights for d in dtypes]
+    first = variants[0]
+    decisions, pred = first.pop("decisions"), first.pop("pred")
+    cls_s, embed_s, infer_s = first.pop("single_s"), first.pop("embed_s"), first.pop("infer_s")
+    batch_ms = first.pop("batch_ms")
+    for v in variants[1:]:
+        for key in ("decisions", "single_s", "embed_s", "infer_s", "batch_ms"):
+            v.pop(key)
+        v["agreement_with_first"] = float((v.pop("pred") == pred).mean())
+    trainable = first["trainable_params"]
+    threshold = first["threshold"]
 
     # NOTE: the generative manager runs in the classifier backbone's dtype, so the ratio compares like with like.
+    gen_dtype = "bfloat16" if first["dtype"] == "bfloat16" else "float32"
     engine = TransformersEngine(cfg.engine.model_copy(update={"backend": "transformers", "max_batch_size": args.batch,
-                                                              "dtype": cfg.admission.dtype,
+                                                              "dtype": gen_dtype,
                                                               "cache_dir": str(cfg.paths.cache_dir)}))
     windows = []
     for i in sample:
@@ -242,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cls_p = percentiles_ms(cls_s)
     gen_p = {k: percentiles_ms(v[0]) for k, v in generative.items()}
-    bat_c = float(np.median(batch_ms) * 1000)
+    bat_c = float(np.median(batch_ms))
     bat_g = {k: float(np.median(v[2])) for k, v in generative.items()}
     adds = [d.content_type for d in decisions if d.op == "ADD"]
     labelled_add = np.flatnonzero(gold)  # the type head trains on ADD chunks: score it on those
@@ -268,7 +317,11 @@ def main(argv: list[str] | None = None) -> int:
         "label_add_share": float(gold.mean()),
         "random_f1_same_share": random_f1(float(gold.mean()), float(pred.mean())),
         "store_all_f1": random_f1(float(gold.mean()), 1.0),
-        "threshold": clf.threshold,
+        "threshold": threshold,
+        "exit_layer": first["exit_layer"],
+        "dtype": first["dtype"],
+        "generative_dtype": gen_dtype,
+        "variants": [{**v, "speedup_p50": min(x["p50"] for x in gen_p.values()) / v["p50_ms"]} for v in variants],
         "content_types_of_add": {t: adds.count(t) for t in CONTENT_TYPES},
         "content_type_vs_rule": type_agreement([decisions[i].content_type for i in labelled_add],
                                                [content_type_rule(turns[i].text) for i in labelled_add]),

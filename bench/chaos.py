@@ -131,7 +131,8 @@ def write_all(url: str, work: list[tuple[str, list[dict]]], writers: int, progre
                         raise RuntimeError(f"a batch of {user} was not acknowledged within 300 s")
                     time.sleep(0.5)
                 with lock:
-                    acked.setdefault(user, set()).update(t["id"] for t in turns)
+                    # NOTE: a turn the write dedup answered as a duplicate (not admitted) was never to be stored
+                    acked.setdefault(user, set()).update(x["id"] for x in r.json()["results"] if x["admitted"])
                     progress(len(turns))
 
     threads = [threading.Thread(target=writer) for _ in range(writers)]

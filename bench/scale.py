@@ -70,7 +70,15 @@ class VectorSource:
         return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
 
 
+def _without_dedup(cfg: EngramConfig) -> EngramConfig:
+    """NOTE: the benchmark's texts are a few sample turns recycled as placeholders for drawn vectors; the write
+    dedup (tiers.dedup) would rightly drop the repeats, so it is off here: these sizes measure index mechanics."""
+    tiers = cfg.tiers.model_copy(update={"dedup": cfg.tiers.dedup.model_copy(update={"enabled": False})})
+    return cfg.model_copy(update={"tiers": tiers})
+
+
 def _scale_config(cfg: EngramConfig, archive: int) -> EngramConfig:
+    cfg = _without_dedup(cfg)
     tiers = cfg.tiers.model_copy(update={"l2": TierConfig(**{**cfg.tiers.l2.model_dump(), "capacity": archive})})
     return cfg.model_copy(update={"tiers": tiers})
 
@@ -166,6 +174,7 @@ def many_users(cfg: EngramConfig, tenants: int, source: VectorSource, texts: Seq
                encoder: Any, *, workdir: Path, seed: int = 0) -> dict[str, Any]:
     from actors.durable_cores import DurableTiers
 
+    cfg = _without_dedup(cfg)
     dim = source.sample.shape[1]
     journal = workdir / "many-users"
     gc.collect()

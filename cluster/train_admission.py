@@ -1,6 +1,6 @@
 """Train the admission classifier (MemRouter) on LoCoMo's train split::
 
-    python -m cluster.train_admission [--epochs N] [--max-minutes M] [--limit N]
+    python -m cluster.train_admission [--exit-layer K] [--out DIR] [--epochs N] [--max-minutes M] [--limit N]
 
 Labels (docs/admission.md):
 - operation: a train turn whose ``dia_id`` is in some question's ``evidence`` -> ADD, else NOOP
@@ -12,7 +12,9 @@ early stopping and for the decision threshold (the one with the best held-out F1
 read here. Every turn is embedded once (cached under ``<cache_dir>/embeddings``); chunks are index lists into
 that matrix, so an epoch costs only projector + frozen backbone passes. Only projector and heads train.
 Output: ``<cache_dir>/admission/admission.pt`` (projector + heads) and ``admission.json`` (settings,
-threshold, held-out metrics).
+threshold, held-out metrics, the commit and data hash trained from); ``--out DIR`` writes elsewhere (the
+service reads ``admission.weights``: 'packaged' = the committed ``actors/admission_heads/``, or a folder).
+``--exit-layer K`` trains heads on the hidden state after K backbone layers (the rest never run).
 """
 
 from __future__ import annotations
@@ -214,8 +216,30 @@ def save(out_dir: Path, model: AdmissionModel, result: FitResult, settings: dict
     (out_dir / SETTINGS_FILE).write_text(json.dumps(settings, indent=2))
 
 
-def run(cfg: EngramConfig, *, limit: int | None = None, progress: bool = True) -> dict[str, Any]:
-    """Embed the train split, train, save to ``<cache_dir>/admission``; returns the saved settings."""
+def provenance(data_path: Path) -> dict[str, Any]:
+    """What trained weights came from: the code's commit (None outside a git checkout; ``dirty`` when the
+    tree had changes) and the SHA-256 of the data file."""
+    import hashlib
+    import subprocess
+
+    from core.config import REPO_ROOT
+
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True,
+                                  timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None,
+            "data_file": data_path.name, "data_sha256": hashlib.sha256(data_path.read_bytes()).hexdigest()}
+
+
+def run(cfg: EngramConfig, *, limit: int | None = None, progress: bool = True,
+        out_dir: Path | None = None) -> dict[str, Any]:
+    """Embed the train split, train, save to ``out_dir`` (default ``<cache_dir>/admission``); returns the
+    saved settings."""
     from actors.segmenter import render_turn
     from cluster.locomo_data import load_locomo, split
     from serve.embedder import Embedder
@@ -237,24 +261,25 @@ def run(cfg: EngramConfig, *, limit: int | None = None, progress: bool = True) -
     train, holdout = sets
     torch.manual_seed(acfg.seed)
     model = AdmissionModel(load_backbone(acfg.backbone, cfg.paths.cache_dir, acfg.device), embedder.dim,
-                           acfg.projector_hidden).to(acfg.device)
+                           acfg.projector_hidden, exit_layer=acfg.exit_layer).to(acfg.device)
     trainable = model.trainable_parameters()
     total = sum(p.numel() for p in model.parameters())
     print(f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / total:.2f}%); "
           f"train chunks {len(train.rows)} ({int(train.op.sum())} ADD), held-out {len(holdout.rows)} "
-          f"({int(holdout.op.sum())} ADD, {acfg.holdout_conversation})", flush=True)
+          f"({int(holdout.op.sum())} ADD, {acfg.holdout_conversation}); exit after {model.exit_layer} layers",
+          flush=True)
     result = fit(model, train, holdout, acfg, progress=progress)
     settings = {
-        "backbone": acfg.backbone, "cache_dir": str(cfg.paths.cache_dir), "embedder": embedder.name,
+        "backbone": acfg.backbone, "exit_layer": model.exit_layer, "embedder": embedder.name,
         "embed_dim": embedder.dim, "projector_hidden": acfg.projector_hidden, "max_turns": acfg.max_turns,
         "ops": list(OPS), "content_types": list(CONTENT_TYPES), "label_source": LABEL_SOURCE,
         "threshold": result.threshold, "holdout_conversation": acfg.holdout_conversation,
         "holdout_f1": result.holdout_f1, "history": result.history, "train_seconds": round(result.seconds, 1),
         "trainable_params": trainable, "total_params": total, "class_weights": class_weights(train.op).tolist(),
         "train_chunks": len(train.rows), "train_add": int(train.op.sum()), "limit": limit,
-        "config": acfg.model_dump(),
+        "config": acfg.model_dump(), "trained_from": provenance(Path(cfg.data.locomo_path)),
     }
-    out_dir = weights_dir(cfg.paths.cache_dir)
+    out_dir = out_dir or weights_dir(cfg.paths.cache_dir)
     save(out_dir, model, result, settings)
     print(f"wrote {out_dir / WEIGHTS_FILE} (held-out F1 {result.holdout_f1:.3f} at threshold "
           f"{result.threshold:.3f}, {result.seconds:.0f} s)", flush=True)
@@ -267,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=None, help="override admission.epochs")
     parser.add_argument("--max-minutes", type=float, default=None, help="override admission.max_train_minutes")
     parser.add_argument("--limit", type=int, default=None, help="smoke run: first N turns of each conversation")
+    parser.add_argument("--exit-layer", type=int, default=None,
+                        help="heads read the hidden state after K backbone layers (override admission.exit_layer)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default <cache_dir>/admission)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
     cfg = load_config(args.profile)
@@ -274,8 +302,11 @@ def main(argv: list[str] | None = None) -> int:
         cfg.admission.epochs = args.epochs
     if args.max_minutes is not None:
         cfg.admission.max_train_minutes = args.max_minutes
-    settings = run(cfg, limit=args.limit)
-    print(json.dumps({k: settings[k] for k in ("trainable_params", "threshold", "holdout_f1", "train_seconds")}))
+    if args.exit_layer is not None:
+        cfg.admission.exit_layer = args.exit_layer
+    settings = run(cfg, limit=args.limit, out_dir=args.out)
+    print(json.dumps({k: settings[k] for k in ("exit_layer", "trainable_params", "threshold", "holdout_f1",
+                                               "train_seconds")}))
     return 0
 
 

@@ -45,9 +45,9 @@ def check_ready(config: EngramConfig) -> None:
                 f"fetch it once with `engram models fetch {model.name}` ({model.size / 2**30:.1f} GiB download)"
             )
     if config.admission.mode == "classifier":
-        from actors.admission import require_weights, weights_dir
+        from actors.admission import configured_weights, require_weights
 
-        require_weights(weights_dir(config.paths.cache_dir), " or set admission.mode: store_all")
+        require_weights(configured_weights(config), " or set admission.mode: store_all")
     if config.auth.required:
         from serve.auth import KeyStore
 

@@ -65,6 +65,13 @@ def _count_tokens(role: str, bill: TokenBill) -> None:
     METRICS.tokens.labels(role, "completion").inc(bill.completion_tokens)
 
 
+def _link_fields(link: dict[str, Any] | None) -> dict[str, str]:
+    """A tier shard's write link as TurnResult fields: ``{"duplicate_of": id}`` or ``{"supersedes": id}``."""
+    if link is None:
+        return {}
+    return {"duplicate_of" if link["kind"] == "duplicate" else "supersedes": link["target"]}
+
+
 def _segment_hits(route: RouteResult) -> list[s.SegmentHit]:
     out = []
     for a in route.activations:
@@ -149,8 +156,10 @@ class MemoryAPI:
         METRICS.segments.inc(report.segments_closed)
         return s.AddTurnsResponse(
             user_id=req.user_id,
-            results=[s.TurnResult(id=i, admitted=d.op == "ADD", type=d.content_type, p_add=d.p_add)
-                     for i, d in zip(report.turn_ids, report.decisions, strict=True)],
+            results=[s.TurnResult(id=i, admitted=d.op == "ADD", type=d.content_type, p_add=d.p_add,
+                                  **_link_fields(link))
+                     for i, d, link in zip(report.turn_ids, report.decisions,
+                                           report.links or [None] * len(report.turn_ids), strict=True)],
             admitted=sum(report.admitted), segments_closed=report.segments_closed, evicted=report.evicted,
         )
 

@@ -54,6 +54,13 @@ class TurnResult(_Body):
     admitted: bool = Field(description="Stored (ADD) or not (NOOP).")
     type: str = Field(description="Content type: fact, preference, plan, emotion, event or other.")
     p_add: float | None = Field(None, description="The classifier's probability of ADD (null in store_all mode).")
+    duplicate_of: str | None = Field(
+        None, description="Not stored because the same speaker's memory with this id already says it (dedup)."
+    )
+    supersedes: str | None = Field(
+        None, description="Stored as an update of this older memory (same speaker, a changed fact); the older "
+        "one is kept, marked superseded_by.",
+    )
 
 
 class AddTurnsResponse(_Body):

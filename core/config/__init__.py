@@ -27,6 +27,7 @@ from core.config.memory import (
     BGL_ENTITY_PATTERNS,
     PACKAGED_MINILM,
     SYNTHETIC_ENTITY_PATTERNS,
+    DedupConfig,
     EmbedderConfig,
     EntityConfig,
     EvictionConfig,
@@ -42,7 +43,7 @@ from core.config.service import AuthConfig, ClusterConfig, DataConfig, PathsConf
 
 __all__ = [
     "BGL_ENTITY_PATTERNS", "CONFIG_DIR", "PACKAGED_MINILM", "REPO_ROOT", "SYNTHETIC_ENTITY_PATTERNS",
-    "AdmissionConfig", "AuthConfig", "ClusterConfig", "DataConfig", "EmbedderConfig", "EngineConfig",
+    "AdmissionConfig", "AuthConfig", "ClusterConfig", "DataConfig", "DedupConfig", "EmbedderConfig", "EngineConfig",
     "EngramConfig", "EntityConfig", "EpisodicConfig", "EvictionConfig", "GateConfig", "ModelsConfig", "PathsConfig",
     "ROLES", "Role",
     "RerankConfig", "RouterConfig", "ScoringConfig", "Section", "TenantHash", "TierConfig", "TierMemoryConfig",

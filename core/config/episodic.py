@@ -74,11 +74,24 @@ class AdmissionConfig(Section):
         1024, ge=8, le=65_536, description="Width of the projector's hidden layer (not published; chosen here)."
     )
     device: str = Field("cpu", description="torch device of the classifier and its training ('cpu', 'cuda').")
-    dtype: Literal["float32", "bfloat16"] = Field(
+    dtype: Literal["float32", "bfloat16", "int8"] = Field(
         "float32",
-        description="Backbone dtype when classifying (training always runs float32; projector and heads stay "
-        "float32). bfloat16 halves the weights a batch-1 pass reads (docs/admission.md: measured latency and "
-        "agreement with float32).",
+        description="Backbone precision when classifying (training always runs float32; projector and heads stay "
+        "float32). bfloat16 halves the weights a batch-1 pass reads; int8 = dynamic int8 quantization of the "
+        "backbone's linear layers, CPU only (docs/admission.md: measured latency and agreement with float32).",
+    )
+    exit_layer: int | None = Field(
+        None,
+        ge=0,
+        le=1024,
+        description="Training: the heads read the hidden state after this many backbone layers (None = all); the "
+        "layers after it never run. The classifier takes the value its weights were trained with.",
+    )
+    weights: str = Field(
+        "packaged",
+        min_length=1,
+        description="Trained projector + heads the service loads: 'packaged' (committed with the code, "
+        "actors/admission_heads/) or a folder written by `python -m cluster.train_admission --out DIR`.",
     )
     holdout_conversation: str = Field(
         "conv-47",

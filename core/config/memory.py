@@ -135,6 +135,24 @@ class EntityConfig(Section):
         return self.sets[self.active]
 
 
+class DedupConfig(Section):
+    """Write-side dedup and safe updates in the tier shard (actors/write_links.py, docs/admission.md)."""
+
+    enabled: bool = Field(
+        True,
+        description="An admitted turn that repeats what its speaker already has stored is not stored again (a "
+        "NOOP pointing at the memory); one that changes a stored fact slot is stored with a `supersedes` link.",
+    )
+    duplicate_similarity: float = Field(
+        0.90,
+        gt=0,
+        le=1,
+        description="Cosine at or above which a same-speaker memory holding every name and number of the turn "
+        "makes it a duplicate (calibrated by `python -m bench.dedup --calibrate` on a seed it never evaluates).",
+    )
+    neighbours: int = Field(8, ge=1, le=1000, description="Nearest stored memories checked per turn (per tier).")
+
+
 class TierMemoryConfig(Section):
     l1: TierConfig = Field(default_factory=lambda: TierConfig(capacity=500), description="Working tier (HTM-EAR: 500).")
     l2: TierConfig | None = Field(
@@ -146,6 +164,7 @@ class TierMemoryConfig(Section):
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)
     rerank: RerankConfig = Field(default_factory=RerankConfig)
     entities: EntityConfig = Field(default_factory=EntityConfig)
+    dedup: DedupConfig = Field(default_factory=DedupConfig)
     k: int = Field(5, gt=0, le=1000, description="Results returned by a retrieve (HTM-EAR: 5, scored as MRR@5).")
     oracle_k: int = Field(200, gt=0, le=10_000, description="Candidates of the unbounded oracle tier (HTM-EAR: 200).")
 

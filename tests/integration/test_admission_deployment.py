@@ -30,7 +30,7 @@ def checkpoint(tmp_path_factory):
     out.mkdir()
     torch.save(model.trainable_state(), out / WEIGHTS_FILE)
     (out / SETTINGS_FILE).write_text(json.dumps({
-        "backbone": PACKAGED_SMOLLM2, "cache_dir": str(backbone_cache), "embed_dim": 384,
+        "backbone": PACKAGED_SMOLLM2, "exit_layer": model.exit_layer, "embed_dim": 384,
         "projector_hidden": 64, "threshold": 0.5}))
     return cache
 
@@ -40,7 +40,8 @@ def test_deployment_decides_like_the_in_process_classifier(serve_url, checkpoint
 
     from serve.deployments import AdmissionService
 
-    config = load_config("cpu", {"paths": {"cache_dir": str(checkpoint)}}).model_dump(mode="json")
+    weights = str(checkpoint / "admission")
+    config = load_config("cpu", {"admission": {"weights": weights}}).model_dump(mode="json")
     app = serve.deployment(AdmissionService, name="Admission",
                            ray_actor_options={"num_cpus": 0, "resources": {"engram_head": 1}}).bind(config)
     handle = serve.run(app, name="admission-test", route_prefix=None)
@@ -49,7 +50,7 @@ def test_deployment_decides_like_the_in_process_classifier(serve_url, checkpoint
         chunks = [rng.normal(size=(n, 384)).astype(np.float32) for n in (1, 3, 5, 2)]
         chunks = [c / np.linalg.norm(c, axis=1, keepdims=True) for c in chunks]
         served = handle.classify.remote(chunks).result()
-        local = AdmissionClassifier.load(checkpoint / "admission", threshold=0.5).classify(chunks)
+        local = AdmissionClassifier.load(weights, threshold=0.5).classify(chunks)
         assert [d.op for d in served] == [d.op for d in local]
         assert [d.content_type for d in served] == [d.content_type for d in local]
         np.testing.assert_allclose([d.p_add for d in served], [d.p_add for d in local], atol=1e-5)

@@ -188,3 +188,23 @@ def test_turns_with_and_without_a_time_zone_mix_in_one_answer(client):
     assert stored["a"] == "2023-05-08T13:56:00+00:00" and stored["b"] == "2023-05-09T08:00:00+00:00"
     assert stored["c"].endswith("+00:00")
     assert client.delete("/v1/users/clock").status_code == 200
+
+
+def test_a_repeat_is_a_noop_pointing_at_the_memory_and_an_update_supersedes_the_old_fact(client):
+    r = client.post("/v1/turns", json={"user_id": "mover", "turns": [
+        {"id": "ny", "speaker": "Ann", "text": "I live in New York."},
+        {"id": "chat", "speaker": "Ann", "text": "Work was busy today."}]})
+    assert r.status_code == 200, r.text
+    r = client.post("/v1/turns", json={"user_id": "mover", "turns": [
+        {"id": "again", "speaker": "Ann", "text": "I live in New York!"},
+        {"id": "bos", "speaker": "Ann", "text": "I just moved to Boston."},
+        {"id": "other", "speaker": "Bo", "text": "I live in New York."}]})  # another speaker's fact is theirs
+    assert r.status_code == 200, r.text
+    results = {x["id"]: x for x in r.json()["results"]}
+    assert not results["again"]["admitted"] and results["again"]["duplicate_of"] == "ny"
+    assert results["bos"]["admitted"] and results["bos"]["supersedes"] == "ny"
+    assert results["other"]["admitted"] and results["other"]["duplicate_of"] is None
+    memories = {m["id"]: m for m in client.get("/v1/memories", params={"user_id": "mover"}).json()["memories"]}
+    assert set(memories) == {"ny", "chat", "bos", "other"}  # the old fact stays, as history
+    assert memories["ny"]["metadata"]["superseded_by"] == "bos" and memories["bos"]["metadata"]["supersedes"] == "ny"
+    assert client.delete("/v1/users/mover").status_code == 200

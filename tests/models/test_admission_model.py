@@ -1,5 +1,6 @@
 """Admission classifier on the real frozen SmolLM2-135M backbone and real MiniLM turn embeddings."""
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -64,3 +65,24 @@ def test_classifier_decides_the_same_alone_and_in_a_batch(backbone, minilm):
         alone = clf.classify([chunk])[0]
         assert alone.p_add == pytest.approx(batch_p[i], abs=1e-4)
         assert alone.op == batch[i].op and alone.content_type == batch[i].content_type
+
+
+def test_the_committed_heads_load_and_int8_agrees_with_float(minilm):
+    from actors.admission import SETTINGS_FILE, WEIGHTS_FILE, packaged_weights
+    from core.config import load_config
+
+    heads = packaged_weights()
+    assert (heads / WEIGHTS_FILE).stat().st_size <= 5 * 2**20
+    settings = json.loads((heads / SETTINGS_FILE).read_text())
+    assert settings["trained_from"]["data_sha256"] and settings["holdout_conversation"] == "conv-47"
+    cfg = load_config("cpu")
+    assert cfg.admission.mode == "classifier" and cfg.admission.weights == "packaged"
+    clf = AdmissionClassifier.from_config(cfg)
+    assert clf.model.exit_layer == settings["exit_layer"] == len(clf.model.backbone.layers)
+    chunks = ChunkStream(minilm, max_turns=5).push([Turn("c", f"D1:{i}", s, t) for i, (s, t) in enumerate(TEXTS)])
+    p_float = clf.p_add(chunks)[0]
+    assert clf.threshold == pytest.approx(settings["threshold"])
+    int8 = AdmissionClassifier.from_config(load_config("cpu", {"admission": {"dtype": "int8"}}))
+    np.testing.assert_allclose(int8.p_add(chunks)[0], p_float, atol=0.1)  # measured max 0.06
+    # the greeting and the filler are worth less than the turns with news in them
+    assert max(p_float[0], p_float[5]) < min(p_float[1:5])

@@ -236,3 +236,54 @@ def test_type_agreement_against_the_rule():
     assert got["macro_f1"] == pytest.approx((2 / 3 + 0.5 + 0.0) / 3)
     assert set(got["per_type"]) == {"plan", "event", "other"}
     assert type_agreement([], [])["n"] == 0
+
+
+def deep_backbone(seed: int = 0, layers: int = 4) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=64, max_position_embeddings=64,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.mark.parametrize("k", [0, 1, 3])
+def test_early_exit_heads_read_the_kth_hidden_state(k):
+    full = deep_backbone().model
+    model = AdmissionModel(deep_backbone().model, DIM, projector_hidden=32, exit_layer=k)
+    assert model.exit_layer == k and len(model.backbone.layers) == k  # the later layers are gone
+    assert all(not p.requires_grad for p in model.backbone.parameters())
+    chunks = random_chunks(np.random.default_rng(k), [4, 2, 1])
+    embeds, mask = pad_chunks(chunks)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        soft = model.projector(embeds)
+        states = full(inputs_embeds=soft, attention_mask=mask, position_ids=positions, output_hidden_states=True)
+        # hidden_states[k] = after k layers (pre-norm); the exit applies the decoder's final norm to it
+        expected = full.norm(states.hidden_states[k])[:, -1]
+        got = model.backbone(inputs_embeds=soft, attention_mask=mask, position_ids=positions).last_hidden_state[:, -1]
+        op, _ = model(embeds, mask)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(op, model.op_head(expected), atol=1e-5, rtol=1e-5)
+    if k == 0:  # no layer: the current turn alone decides, whatever came before it
+        other = [np.concatenate([np.ones((3, DIM), np.float32), chunks[0][-1:]])]
+        p = AdmissionClassifier(model, threshold=0.5).p_add([chunks[0], other[0]])[0]
+        assert p[0] == pytest.approx(p[1], abs=1e-6)
+
+
+def test_exit_layer_is_saved_and_loaded_and_int8_agrees_with_float(tmp_path):
+    from cluster.train_admission import FitResult
+
+    model = AdmissionModel(deep_backbone(seed=2), DIM, projector_hidden=32, exit_layer=2)
+    settings = {"backbone": "tiny", "exit_layer": model.exit_layer, "embed_dim": DIM, "projector_hidden": 32,
+                "threshold": 0.5}
+    save(tmp_path, model, FitResult(model.trainable_state(), 0.5, 0.0), settings)
+    float_clf = AdmissionClassifier.load(tmp_path, backbone_loader=lambda name: deep_backbone(seed=2), threshold=0.5)
+    int8_clf = AdmissionClassifier.load(tmp_path, backbone_loader=lambda name: deep_backbone(seed=2), threshold=0.5,
+                                        dtype="int8")
+    assert float_clf.model.exit_layer == 2 and len(float_clf.model.backbone.layers) == 2
+    assert any("quantized" in type(m).__module__ for m in int8_clf.model.backbone.modules())
+    chunks = random_chunks(np.random.default_rng(6), [5, 3, 1, 5, 2, 4, 5, 5])
+    reference = AdmissionClassifier(model, threshold=0.5).p_add(chunks)[0]
+    np.testing.assert_allclose(float_clf.p_add(chunks)[0], reference, atol=1e-6)
+    np.testing.assert_allclose(int8_clf.p_add(chunks)[0], reference, atol=0.02)
