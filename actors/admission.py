@@ -5,13 +5,15 @@ at most 5), given as the sequence of their sentence embeddings, oldest first. Ea
 ``[date_time] speaker: text`` and embedded **once** (:class:`ChunkStream` keeps the last few vectors of each
 conversation, so a new turn costs one embedding; the same vectors can later index the admitted turn)::
 
-    turn embeddings (T ≤ 5, 384) --Projector--> soft tokens (T, 576) --frozen LLM (inputs_embeds)-->
-    final hidden state of the last position --op head--> ADD / NOOP
+    turn embeddings (T ≤ 5, 384) --Projector--> soft tokens (T, 576) --frozen LLM (inputs_embeds), its first
+    exit_layer layers--> hidden state of the last position --op head--> ADD / NOOP
                                              --type head--> content type (meaningful for ADD)
 
 No tokenisation of the chunk and no generation. Chunks shorter than ``max_turns`` are left-padded with an
 attention mask and per-row position ids, so a chunk gets the same decision alone and in a batch.
 Only the projector and the two heads train; the backbone is frozen (``requires_grad=False``, eval mode).
+The committed heads (``actors/admission_heads/``, ``admission.weights: packaged``) exit after 4 of
+SmolLM2-135M's 30 layers (docs/admission.md: the accuracy / latency curve that chose it).
 
 Content types (:data:`CONTENT_TYPES`) are not published by MemRouter; this project uses six, labelled on the
 train split by the documented keyword rule :func:`content_type_rule` (docs/admission.md).

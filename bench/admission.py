@@ -1,10 +1,16 @@
 """Write-side admission on LoCoMo: the learned classifier (MemRouter) against generative admission.
 
     python -m bench.admission --split test [--limit N] [--data PATH] [--latency-turns N] [--batch B]
+                              [--weights packaged,DIR,...] [--dtypes float32,bfloat16,int8]
+
+Every (weights, dtype) pair is a variant (exit layer from its settings); all of them are scored and timed in
+the same run against the same generative managers (JSON ``variants``); the top-level keys describe the
+first variant.
 
 Quality: every turn of the split (``--limit N``: the first N turns of each conversation) is decided by the
-trained classifier (``python -m cluster.train_admission`` first); precision / recall / F1 of ADD against the
-evidence labels (a turn cited as evidence by a question -> ADD) and the share of turns stored. The content-type
+trained classifier (the committed heads, or folders of ``python -m cluster.train_admission``); precision /
+recall / F1 of ADD against the evidence labels (a turn cited as evidence by a question -> ADD) and the share
+of turns stored. The content-type
 head is scored against the keyword rule it was trained on (``content_type_rule``), on the turns labelled ADD.
 
 Latency, wall time per turn, embedding included:
