@@ -61,11 +61,17 @@ def test_the_classifier_decides_over_http_as_in_process_and_stores_what_it_admit
     assert 0 < sum(admitted) < TURNS, "a real classifier keeps some turns and drops others"
     assert r.json()["admitted"] == sum(admitted)
 
-    # the same turns through the in-process classifier (same embedder, same committed heads)
+    # the same turns through the in-process classifier (same embedder, same committed heads, the same rendering:
+    # relative dates grounded on the turn's date, as the write path renders them)
+    from datetime import UTC, datetime
+
+    from actors.write_path import turn_records
     from serve.embedder import Embedder
+    from serve.schemas import TurnIn
 
     cfg = load_config("cpu", {"admission": {"mode": "classifier", "weights": "packaged"}})
-    local = AdmissionClassifier.from_config(cfg).classify(ChunkStream(Embedder(cfg.embedder)).push(conversation))
+    records = turn_records([TurnIn(**t) for t in body["turns"]], datetime.now(UTC), cfg.episodic.ground_dates)
+    local = AdmissionClassifier.from_config(cfg).classify(ChunkStream(Embedder(cfg.embedder)).push(records))
     np.testing.assert_allclose(p_add, [d.p_add for d in local], atol=2e-3)
     assert [x["type"] for x in results] == [d.content_type for d in local]
 
