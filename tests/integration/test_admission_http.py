@@ -18,6 +18,7 @@ from core.config import load_config
 from tests.integration.conftest import ADMIN_KEY, auth_headers, service_args
 
 APP, PREFIX, USER, TURNS = "engram-admission", "/admission", "conv-26", 30
+NAMESPACE = "engram-admission-test"
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def admitting(serve_url):
     from serve.app import build_app
 
     storage = tempfile.mkdtemp(prefix="engram-admission-state-")
-    args = service_args(namespace="engram-admission-test")
+    args = service_args(namespace=NAMESPACE)
     cluster = {**args["config"]["cluster"], "storage_dir": storage, "summaries": False}
     args["config"] = {**args["config"], "admission": {"mode": "classifier", "weights": "packaged"},
                       "cluster": cluster}
@@ -36,7 +37,12 @@ def admitting(serve_url):
         with httpx.Client(base_url=serve_url + PREFIX, timeout=300, headers=auth_headers(ADMIN_KEY)) as client:
             yield client
     finally:
+        import ray
+
         serve.delete(APP)
+        for actor in ray.util.list_named_actors(all_namespaces=True):  # this app's tier / router / assistant actors
+            if actor["namespace"] == NAMESPACE:
+                ray.kill(ray.get_actor(actor["name"], namespace=NAMESPACE), no_restart=True)
         shutil.rmtree(storage, ignore_errors=True)
 
 
