@@ -112,8 +112,9 @@ class AssistantHost:
         return {**self.__dict__, "engine": None}  # NOTE: a snapshot holds segments, never the engine
 
     def add(self, segments: Sequence[Segment]) -> None:
-        for seg in segments:
-            self._segments[seg.id] = seg
+        # NOTE: copy-on-write: writes run in their own threads beside extractions (actors/remote.py), which
+        # iterate the dict they read; a new dict leaves that iteration intact.
+        self._segments = {**self._segments, **{seg.id: seg for seg in segments}}
         self._idf = None
 
     def __len__(self) -> int:
@@ -143,12 +144,16 @@ class AssistantHost:
     # -- likelihood ------------------------------------------------------------------------
     def idf(self) -> dict[str, float]:
         """BM25's idf of each term over the held lines (a line = a document)."""
-        if self._idf is None:
-            docs = [set(self.terms(line)) for seg in self._segments.values() for line in seg.lines]
+        idf = self._idf
+        if idf is None:
+            held = self._segments
+            docs = [set(self.terms(line)) for seg in held.values() for line in seg.lines]
             df = Counter(t for doc in docs for t in doc)
             n = len(docs)
-            self._idf = {t: math.log(1 + (n - k + 0.5) / (k + 0.5)) for t, k in df.items()}
-        return self._idf
+            idf = {t: math.log(1 + (n - k + 0.5) / (k + 0.5)) for t, k in df.items()}
+            if self._segments is held:  # NOTE: a write that landed meanwhile keeps its reset
+                self._idf = idf
+        return idf
 
     def rank_lines(self, query: SegmentQuery) -> np.ndarray:
         """Per line of the segment: router cosine (when given for every line) + matched share of the
