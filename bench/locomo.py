@@ -364,15 +364,17 @@ class _Models:
             if self.encoder is None:
                 self.encoder = Embedder(self.cfg.embedder)
             if self.engine is None:
-                by_model: dict[str, Any] = {}
+                by_engine: dict[str, Any] = {}  # NOTE: one engine per distinct engine config, as the service's pools
+                self.engine = {}
                 for role in ROLES:
                     ecfg = self.cfg.engine_for(role)
                     if ecfg.cache_dir is None:
                         ecfg = ecfg.model_copy(update={"cache_dir": str(self.cfg.paths.cache_dir)})
-                    if ecfg.model not in by_model:
-                        by_model[ecfg.model] = build_engine(ecfg)
-                        self.owned.append(by_model[ecfg.model])
-                self.engine = {role: by_model[self.cfg.model_for(role)] for role in ROLES}
+                    key = ecfg.model_dump_json()
+                    if key not in by_engine:
+                        by_engine[key] = build_engine(ecfg)
+                        self.owned.append(by_engine[key])
+                    self.engine[role] = by_engine[key]
             self.loaded = True
         return self.encoder, self.engine
 
@@ -383,8 +385,12 @@ class _Models:
 
 def run_system(name: str, convs: Sequence[Conversation], selection: dict[str, list[tuple[int, Question]]],
                cfg: EngramConfig, factory: SystemFactory, models: _Models, cache: ResultCache,
-               category: str = "gold") -> None:
-    """Answer every selected question not yet in ``cache``; fresh system and ingest per such conversation."""
+               category: str = "gold", ingested: dict[tuple[str, str], Any] | None = None) -> None:
+    """Answer every selected question not yet in ``cache``; fresh system and ingest per such conversation.
+
+    ``ingested`` (kept by the caller across systems): conversations already ingested by a system with the same
+    ``ingest_key`` (engram and direct_read), which a later one reads through ``share_ingest`` instead of ingesting
+    again; its ingest row then repeats the first one's seconds, marked ``shared_from``."""
     total = sum(len(v) for v in selection.values())
     done = sum(cache.answered(c.sample_id, i, q) is not None for c in convs for i, q in selection[c.sample_id])
     bar = tqdm(total=total, initial=done, desc=name, unit="q")
@@ -394,11 +400,22 @@ def run_system(name: str, convs: Sequence[Conversation], selection: dict[str, li
             continue
         encoder, engine = models.get()
         system = factory(name, cfg, encoder=encoder, engine=engine)
-        bar.set_postfix_str(f"{conv.sample_id} ingest")
-        start = time.perf_counter()
-        system.ingest(list(conv.turns))
-        cache.append({"kind": "ingest", "conv_id": conv.sample_id, "turns": len(conv.turns),
-                      "seconds": time.perf_counter() - start})
+        key = getattr(system, "ingest_key", None)
+        prior = ingested.get((conv.sample_id, key)) if ingested is not None and key else None
+        if prior is not None:
+            first, seconds = prior
+            system.share_ingest(first)
+            cache.append({"kind": "ingest", "conv_id": conv.sample_id, "turns": len(conv.turns),
+                          "seconds": seconds, "shared_from": first.name})
+        else:
+            bar.set_postfix_str(f"{conv.sample_id} ingest")
+            start = time.perf_counter()
+            system.ingest(list(conv.turns))
+            seconds = time.perf_counter() - start
+            cache.append({"kind": "ingest", "conv_id": conv.sample_id, "turns": len(conv.turns),
+                          "seconds": seconds})
+            if ingested is not None and key:
+                ingested[(conv.sample_id, key)] = (system, seconds)
         bar.set_postfix_str(conv.sample_id)
         for index, q in todo:
             start = time.perf_counter()
@@ -466,11 +483,12 @@ def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None,
     data_digest, code_digest = file_digest(data), code_digest_of(factory, with_models=load_models)
 
     summaries, scored = [], {}
+    ingested: dict[tuple[str, str], Any] = {}  # NOTE: engram's ingest serves direct_read too (same write path)
     try:
         for name in systems:
             digest = config_hash(cfg, name, data_digest=data_digest, code_digest=code_digest, category=args.category)
             cache = ResultCache(cache_file(cfg, name, digest), resume=not args.no_resume)
-            run_system(name, convs, selection, cfg, factory, models, cache, args.category)
+            run_system(name, convs, selection, cfg, factory, models, cache, args.category, ingested)
             rows = [score_row(cache.answered(c.sample_id, i, q)) for c in convs for i, q in selection[c.sample_id]]
             ingest = {c.sample_id: cache.ingests[c.sample_id]["seconds"] for c in convs if c.sample_id in cache.ingests}
             summary = summarise(rows, split_name=args.split, system=name)

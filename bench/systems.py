@@ -73,6 +73,7 @@ class InProcessService:
     engine's tokenizer, as the service counts with its pool model's)."""
 
     name = "engram"
+    ingest_key = "service-write-path"  # NOTE: systems with the same key ingest alike and may share one ingest
 
     def __init__(self, config: EngramConfig, *, encoder: Encoder, engine: Engines,
                  counters: Mapping[Role, Callable[[str], int]] | None = None, batch: int = DEFAULT_BATCH,
@@ -107,6 +108,12 @@ class InProcessService:
             if self.config.cluster.summaries:
                 self.summariser.add(tenant, report.closed)
         await self.summariser.drain()
+
+    def share_ingest(self, other: InProcessService) -> None:
+        """Read what ``other`` (same ``ingest_key``, same config) has ingested instead of ingesting again:
+        questions write nothing, so its state is what this system's own ingest would build."""
+        self.shards, self.writes = other.shards, other.writes
+        self.summariser, self.reads = other.summariser, other.reads
 
     def ask(self, question: str, *, category: int | None, adversarial: str | None = None) -> Answer:
         q = self.encoder.encode([question], is_query=True)[0]

@@ -89,16 +89,17 @@ class LLMPool:
 
 
 def pools(config: EngramConfig) -> dict[str, tuple[EngineConfig, tuple[Role, ...]]]:
-    """One LLM pool per distinct model: ``{deployment name: (its engine config, the roles it serves)}``.
+    """One LLM pool per distinct engine (model and ``models.engines`` settings): ``{deployment name: (its engine
+    config, the roles it serves)}``.
 
-    The assistants' model's pool is :data:`LLM_POOL`; another model's pool is named after the first role (in
-    ``assistant, master, summary`` order) that names it, e.g. ``LLMPool-master``."""
-    by_model: dict[str, list[Role]] = {}
+    The assistants' pool is :data:`LLM_POOL`; another pool is named after the first role (in ``assistant, master,
+    summary`` order) it serves, e.g. ``LLMPool-master``."""
+    by_engine: dict[str, list[Role]] = {}
     for role in ROLES:
-        by_model.setdefault(config.model_for(role), []).append(role)
+        by_engine.setdefault(config.engine_for(role).model_dump_json(), []).append(role)
     return {(LLM_POOL if roles[0] == "assistant" else f"{LLM_POOL}-{roles[0]}"): (config.engine_for(roles[0]),
                                                                                tuple(roles))
-            for roles in by_model.values()}
+            for roles in by_engine.values()}
 
 
 def pool_name(config: EngramConfig, role: Role) -> str:

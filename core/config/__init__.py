@@ -89,8 +89,10 @@ class EngramConfig(BaseSettings):
         return ALIASES.get(name, name)
 
     def engine_for(self, role: Role) -> EngineConfig:
-        """The engine section with ``role``'s model (what that role's LLM pool loads)."""
-        return self.engine.model_copy(update={"model": self.model_for(role)})
+        """The engine section with ``role``'s model and ``models.engines.<role>`` (what that role's pool loads)."""
+        override = self.models.engines.get(role)
+        changes = override.changes() if override is not None else {}
+        return EngineConfig.model_validate({**self.engine.model_dump(), **changes, "model": self.model_for(role)})
 
 
 def profile_path(profile: str | Path) -> Path:

@@ -7,7 +7,9 @@ verifies and converts a model (``cluster/model_fetch.py``); ``core.model_store.r
 name to what the engines load. A hub name or a local path is accepted wherever a registry name is.
 
 :class:`ModelsConfig` (section ``models``) names the model of each role: the assistants' evidence extraction,
-the master's answer, the segment summaries. Roles that name the same model share one LLM pool.
+the master's answer, the segment summaries; ``models.engines.<role>`` changes the engine settings of one role
+(e.g. the 1.5B master on the transformers backend while the small models run on vLLM). Roles that run the same
+model with the same engine settings share one LLM pool.
 """
 
 from __future__ import annotations
@@ -78,9 +80,26 @@ KNOWN_MODELS: dict[str, KnownModel] = {m.name: m for m in (
 )}
 
 
+class RoleEngine(Section):
+    """Engine settings of one role that differ from the ``engine`` section (None: the section's value)."""
+
+    backend: Literal["vllm", "transformers"] | None = Field(
+        None, description="'vllm' or 'transformers' for this role's pool (see engine.backend).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = Field(None, description="See engine.dtype.")
+    max_model_len: int | None = Field(None, ge=128, le=131_072, description="See engine.max_model_len.")
+    max_batch_size: int | None = Field(None, gt=0, le=4096, description="See engine.max_batch_size.")
+    num_threads: int | None = Field(None, gt=0, le=256, description="See engine.num_threads.")
+    kv_cache_gib: int | None = Field(None, gt=0, le=1024, description="See engine.kv_cache_gib.")
+
+    def changes(self) -> dict[str, object]:
+        """The settings this role sets: ``RoleEngine(backend='vllm').changes() == {'backend': 'vllm'}``."""
+        return self.model_dump(exclude_none=True)
+
+
 class ModelsConfig(Section):
     """The model of each role: a registry name (:data:`KNOWN_MODELS`), a hub name or a local HF folder; None
-    (the default) is ``engine.model``. The engine section's other settings (backend, dtype, window) hold for all."""
+    (the default) is ``engine.model``. The engine section's other settings (backend, dtype, window) hold for every
+    role unless ``engines.<role>`` changes them."""
 
     assistant: str | None = Field(
         None, min_length=1, description="Assistants' evidence extraction: many calls per question (keep it small).")
@@ -88,6 +107,12 @@ class ModelsConfig(Section):
         None, min_length=1, description="The master's answer: one call per question (the place for a capable model).")
     summary: str | None = Field(
         None, min_length=1, description="One-line segment summaries (the router's global path), in the background.")
+
+    engines: dict[Role, RoleEngine] = Field(
+        default_factory=dict,
+        description="Per role, engine settings that differ from the engine section, e.g. "
+        "{master: {backend: transformers}}: one pool's backend or window without changing the others'.",
+    )
 
     def of(self, role: Role) -> str | None:
         return getattr(self, role)

@@ -299,3 +299,27 @@ def test_dev_split_is_train_conversations_with_five_questions_per_category(bench
     assert log.ingests == ["conv-26"]  # the test split's conversation is never read
     assert log.asks == [q for q, *_ in qa[:10]]  # file order: the first five of each category
     assert out["questions"] == 10 and out["per_category"] == locomo.DEV_PER_CATEGORY == 5
+
+
+def test_systems_with_the_same_ingest_key_ingest_each_conversation_once(tmp_path, monkeypatch) -> None:
+    data = tmp_path / "locomo.json"
+    data.write_text(json.dumps([_sample("conv-48", 4, CONV_A), _sample("conv-49", 3, CONV_B)]))
+    monkeypatch.setenv("ENGRAM_PATHS__CACHE_DIR", str(tmp_path / "cache"))
+    gold = {q: (i, a or "") for qa in (CONV_A, CONV_B) for i, (q, a, _, _) in enumerate(qa)}
+    log = Log()
+
+    class Sharing(FakeSystem):
+        ingest_key = "same-write-path"
+
+        def share_ingest(self, other: FakeSystem) -> None:
+            self.turns = other.turns
+
+    def factory(name, config, *, encoder, engine):
+        return (Sharing if name in ("engram", "direct_read") else FakeSystem)(name, gold, log)
+
+    out = locomo.main(["--data", str(data), "--results-dir", str(tmp_path / "results"), "--category", "gold",
+                       "--system", "engram,direct_read,rag"], factory=factory)
+    assert log.ingests == ["conv-48", "conv-49", "conv-48", "conv-49"]  # engram's two, then rag's own two
+    by_name = {s["system"]: s for s in out["systems"]}
+    assert by_name["direct_read"]["f1"] == by_name["engram"]["f1"]  # it read what engram ingested
+    assert by_name["direct_read"]["ingest_s"] == pytest.approx(by_name["engram"]["ingest_s"])

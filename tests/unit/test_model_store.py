@@ -154,3 +154,25 @@ def test_roles_that_name_the_same_model_share_one_pool() -> None:
         LLM_POOL: ("assistant", "summary"), f"{LLM_POOL}-master": ("master",)}
     assert pools(two)[f"{LLM_POOL}-master"][0].model == "qwen2.5-coder-1.5b"
     assert pool_name(two, "summary") == LLM_POOL and pool_name(two, "master") == f"{LLM_POOL}-master"
+
+
+def test_a_role_can_change_its_engine_settings_and_then_gets_its_own_pool() -> None:
+    from pydantic import ValidationError
+
+    from serve.pool import LLM_POOL, pools
+
+    cfg = EngramConfig(engine={"backend": "vllm"}, models={
+        "master": "qwen2.5-coder-1.5b", "summary": "qwen2.5-coder-1.5b",
+        "engines": {"master": {"backend": "transformers", "max_batch_size": 4}}})
+    master, summary = cfg.engine_for("master"), cfg.engine_for("summary")
+    assert (master.backend, master.max_batch_size, master.model) == ("transformers", 4, "qwen2.5-coder-1.5b")
+    assert (summary.backend, summary.max_batch_size) == ("vllm", cfg.engine.max_batch_size)  # untouched
+    # the same model with other engine settings is another pool
+    assert {name: roles for name, (_, roles) in pools(cfg).items()} == {
+        LLM_POOL: ("assistant",), f"{LLM_POOL}-master": ("master",), f"{LLM_POOL}-summary": ("summary",)}
+    same = EngramConfig(models={"master": "qwen2.5-coder-1.5b", "engines": {"master": {"backend": "transformers"}}})
+    assert list(pools(same)) == [LLM_POOL, f"{LLM_POOL}-master"]  # transformers is the section's backend already
+    with pytest.raises(ValidationError, match="backend"):
+        EngramConfig(models={"engines": {"master": {"backend": "llama.cpp"}}})
+    with pytest.raises(ValidationError):
+        EngramConfig(models={"engines": {"reader": {"backend": "vllm"}}})  # not a role
