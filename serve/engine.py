@@ -47,6 +47,9 @@ def continuation_ids(tokenizer: Any, request: GenerationRequest) -> list[int]:
     return list(tokenizer(request.continuation, add_special_tokens=False).input_ids)
 
 
+SHARED_PREFIX_MIN = 256  # prompt tokens from which a choice's options share one read of the prompt
+
+
 def scored_result(prompt_len: int, logprobs: Sequence[float]) -> GenerationResult:
     """The result of a scored request: no text, the continuation's log-probabilities."""
     return GenerationResult("", prompt_len + len(logprobs), 0, "stop",
@@ -121,9 +124,14 @@ class TransformersEngine:
                 outs = self._generate_chunk([prompts[i] for i in chunk], budgets, temp)
                 for i, res in zip(chunk, outs, strict=True):
                     results[i] = res
-        # Choice: score every (prompt, choice) pair, keep the likeliest choice per request.
-        pairs = [(i, j) for i in choices for j in range(len(choices[i]))]
+        # Choice: score every (prompt, choice) pair, keep the likeliest choice per request. A long prompt is read
+        # once and its KV cache shared by its choices; short ones are scored as whole sequences, many per batch.
         scores: dict[tuple[int, int], float] = {}
+        shared = [i for i in choices if len(prompts[i]) >= SHARED_PREFIX_MIN and len(choices[i]) > 1]
+        for i in shared:
+            for j, score in enumerate(self._score_shared(prompts[i], choices[i])):
+                scores[i, j] = score
+        pairs = [(i, j) for i in choices if i not in shared for j in range(len(choices[i]))]
         for chunk in self._chunks(pairs, lambda ij: len(prompts[ij[0]]) + len(choices[ij[0]][ij[1]])):
             for ij, score in zip(
                 chunk, self._score([(prompts[i], choices[i][j]) for i, j in chunk]), strict=True
@@ -188,9 +196,28 @@ class TransformersEngine:
         """log P(choice tokens + end-of-turn | prompt) per (prompt, choice) pair: a full-sequence score.
 
         NOTE: each pair is a full forward pass (k choices cost k prompt passes): fine for short decisions
-        (ADD/NOOP, yes/no), wasteful for long prompts with many choices.
+        (ADD/NOOP, yes/no) batched many at a time; prompts of :data:`SHARED_PREFIX_MIN` tokens or more go through
+        :meth:`_score_shared` instead.
         """
         return [sum(lp) for lp in self._token_logprobs([(p, c + [self._eos]) for p, c in pairs])]
+
+    def _score_shared(self, prompt: list[int], options: list[list[int]]) -> list[float]:
+        """The same scores as :meth:`_score` for one prompt's options: the prompt is read once, its KV cache
+        repeated for each option, and only the options' tokens (right-padded) are read after it."""
+        torch = self._torch
+        device = self.model.device
+        tails = [[prompt[-1], *option, self._eos] for option in options]  # the prompt's last token predicts each
+        width = max(map(len, tails))
+        with torch.inference_mode():
+            cache = self.model(input_ids=torch.tensor([prompt[:-1]], device=device), use_cache=True).past_key_values
+            cache.batch_repeat_interleave(len(options))
+            ids = torch.tensor([t + [self._pad] * (width - len(t)) for t in tails], device=device)
+            mask = torch.tensor([[1] * (len(prompt) - 1 + len(t)) + [0] * (width - len(t)) for t in tails],
+                                device=device)
+            logits = self.model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
+            logp = torch.log_softmax(logits.float(), dim=-1)
+        # NOTE: right padding sits after every real token, so causal attention never lets it change a score.
+        return [float(sum(logp[r, m, t[m + 1]] for m in range(len(t) - 1))) for r, t in enumerate(tails)]
 
     def _token_logprobs(self, pairs: list[tuple[list[int], list[int]]]) -> list[list[float]]:
         """log P(each target token | prompt and the targets before it), per (prompt, targets) pair.

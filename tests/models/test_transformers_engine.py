@@ -61,6 +61,21 @@ def test_choice_in_one_batch_is_valid_and_is_the_likeliest(tf_engine) -> None:
     assert results[3].choice_logprobs["a very long colour name"] == pytest.approx(ref, abs=1e-3)
 
 
+def test_a_long_prompt_shares_one_read_among_its_choices_with_the_same_scores(tf_engine) -> None:
+    from serve.engine import SHARED_PREFIX_MIN
+
+    lines = "\n".join(f"[{k}] 8 May 2023, Mel: I painted picture number {k} in the park." for k in range(1, 26))
+    req = chat(f"{lines}\nWhich line says when Mel painted picture 7? Answer with its number.",
+               choice=[str(k) for k in range(1, 26)])
+    prompt = render_prompt(tf_engine.tokenizer, req)
+    assert len(prompt) >= SHARED_PREFIX_MIN
+    [res] = tf_engine.generate([req])
+    options = [tf_engine.tokenizer(c, add_special_tokens=False).input_ids for c in req.choice]
+    full = tf_engine._score([(prompt, o) for o in options])  # each option as a whole sequence
+    assert [res.choice_logprobs[c] for c in req.choice] == pytest.approx(full, abs=1e-3)
+    assert res.text == req.choice[max(range(len(full)), key=full.__getitem__)]
+
+
 def test_greedy_decision_is_the_same_alone_and_in_a_batch(tf_engine) -> None:
     probe_free = chat("Name one fruit.", max_tokens=12)
     probe_choice = chat("Is ice cold? Answer yes or no.", choice=["yes", "no"])
