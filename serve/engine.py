@@ -20,6 +20,7 @@ Backends:
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from collections.abc import Iterable, Sequence
@@ -203,21 +204,27 @@ class TransformersEngine:
 
     def _score_shared(self, prompt: list[int], options: list[list[int]]) -> list[float]:
         """The same scores as :meth:`_score` for one prompt's options: the prompt is read once, its KV cache
-        repeated for each option, and only the options' tokens (right-padded) are read after it."""
+        repeated for each option (``max_batch_size`` options at a time), and only the options' tokens (right-padded)
+        are read after it."""
         torch = self._torch
         device = self.model.device
         tails = [[prompt[-1], *option, self._eos] for option in options]  # the prompt's last token predicts each
-        width = max(map(len, tails))
+        scores: list[float] = []
         with torch.inference_mode():
-            cache = self.model(input_ids=torch.tensor([prompt[:-1]], device=device), use_cache=True).past_key_values
-            cache.batch_repeat_interleave(len(options))
-            ids = torch.tensor([t + [self._pad] * (width - len(t)) for t in tails], device=device)
-            mask = torch.tensor([[1] * (len(prompt) - 1 + len(t)) + [0] * (width - len(t)) for t in tails],
-                                device=device)
-            logits = self.model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
-            logp = torch.log_softmax(logits.float(), dim=-1)
-        # NOTE: right padding sits after every real token, so causal attention never lets it change a score.
-        return [float(sum(logp[r, m, t[m + 1]] for m in range(len(t) - 1))) for r, t in enumerate(tails)]
+            prefix = self.model(input_ids=torch.tensor([prompt[:-1]], device=device), use_cache=True).past_key_values
+            for start in range(0, len(tails), self.config.max_batch_size):
+                chunk = tails[start : start + self.config.max_batch_size]
+                cache = copy.deepcopy(prefix)
+                cache.batch_repeat_interleave(len(chunk))
+                width = max(map(len, chunk))
+                ids = torch.tensor([t + [self._pad] * (width - len(t)) for t in chunk], device=device)
+                mask = torch.tensor([[1] * (len(prompt) - 1 + len(t)) + [0] * (width - len(t)) for t in chunk],
+                                    device=device)
+                logits = self.model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
+                logp = torch.log_softmax(logits.float(), dim=-1)
+                # NOTE: right padding sits after every real token, so causal attention never lets it change a score.
+                scores += [float(sum(logp[r, m, t[m + 1]] for m in range(len(t) - 1))) for r, t in enumerate(chunk)]
+        return scores
 
     def _token_logprobs(self, pairs: list[tuple[list[int], list[int]]]) -> list[list[float]]:
         """log P(each target token | prompt and the targets before it), per (prompt, targets) pair.
