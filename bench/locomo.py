@@ -60,7 +60,7 @@ from bench.common import emit_json, parse_int_list, percentiles_ms, setup_loggin
 from bench.locomo_report import write_report
 from bench.locomo_score import CATEGORIES, aggregate, emem_f1, official_f1
 from cluster.locomo_data import SPLITS, Conversation, Question, Turn, load_locomo, split
-from core.config import REPO_ROOT, ROLES, EngramConfig, load_config
+from core.config import REPO_ROOT, EngramConfig, load_config
 from core.generation import TokenBill
 
 SYSTEMS = ("engram", "rag", "full_context", "direct_read")
@@ -364,17 +364,13 @@ class _Models:
             if self.encoder is None:
                 self.encoder = Embedder(self.cfg.embedder)
             if self.engine is None:
-                by_engine: dict[str, Any] = {}  # NOTE: one engine per distinct engine config, as the service's pools
                 self.engine = {}
-                for role in ROLES:
-                    ecfg = self.cfg.engine_for(role)
+                for ecfg, roles in self.cfg.engine_groups():  # NOTE: one engine per group, as the service's pools
                     if ecfg.cache_dir is None:
                         ecfg = ecfg.model_copy(update={"cache_dir": str(self.cfg.paths.cache_dir)})
-                    key = ecfg.model_dump_json()
-                    if key not in by_engine:
-                        by_engine[key] = build_engine(ecfg)
-                        self.owned.append(by_engine[key])
-                    self.engine[role] = by_engine[key]
+                    engine = build_engine(ecfg)
+                    self.owned.append(engine)
+                    self.engine.update(dict.fromkeys(roles, engine))
             self.loaded = True
         return self.encoder, self.engine
 
@@ -402,20 +398,19 @@ def run_system(name: str, convs: Sequence[Conversation], selection: dict[str, li
         system = factory(name, cfg, encoder=encoder, engine=engine)
         key = getattr(system, "ingest_key", None)
         prior = ingested.get((conv.sample_id, key)) if ingested is not None and key else None
+        row = {"kind": "ingest", "conv_id": conv.sample_id, "turns": len(conv.turns)}
         if prior is not None:
-            first, seconds = prior
+            first, row["seconds"] = prior
             system.share_ingest(first)
-            cache.append({"kind": "ingest", "conv_id": conv.sample_id, "turns": len(conv.turns),
-                          "seconds": seconds, "shared_from": first.name})
+            row["shared_from"] = first.name
         else:
             bar.set_postfix_str(f"{conv.sample_id} ingest")
             start = time.perf_counter()
             system.ingest(list(conv.turns))
-            seconds = time.perf_counter() - start
-            cache.append({"kind": "ingest", "conv_id": conv.sample_id, "turns": len(conv.turns),
-                          "seconds": seconds})
+            row["seconds"] = time.perf_counter() - start
             if ingested is not None and key:
-                ingested[(conv.sample_id, key)] = (system, seconds)
+                ingested[(conv.sample_id, key)] = (system, row["seconds"])
+        cache.append(row)
         bar.set_postfix_str(conv.sample_id)
         for index, q in todo:
             start = time.perf_counter()

@@ -214,7 +214,8 @@ class TransformersEngine:
             prefix = self.model(input_ids=torch.tensor([prompt[:-1]], device=device), use_cache=True).past_key_values
             for start in range(0, len(tails), self.config.max_batch_size):
                 chunk = tails[start : start + self.config.max_batch_size]
-                cache = copy.deepcopy(prefix)
+                last = start + len(chunk) >= len(tails)
+                cache = prefix if last else copy.deepcopy(prefix)  # NOTE: the last chunk may consume the prefix
                 cache.batch_repeat_interleave(len(chunk))
                 width = max(map(len, chunk))
                 ids = torch.tensor([t + [self._pad] * (width - len(t)) for t in chunk], device=device)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ray import serve
 
-from core.config import ROLES, EngineConfig, EngramConfig, Role
+from core.config import EngineConfig, EngramConfig, Role
 from core.generation import GenerationRequest, GenerationResult
 from serve.engine import build_engine
 
@@ -94,12 +94,8 @@ def pools(config: EngramConfig) -> dict[str, tuple[EngineConfig, tuple[Role, ...
 
     The assistants' pool is :data:`LLM_POOL`; another pool is named after the first role (in ``assistant, master,
     summary`` order) it serves, e.g. ``LLMPool-master``."""
-    by_engine: dict[str, list[Role]] = {}
-    for role in ROLES:
-        by_engine.setdefault(config.engine_for(role).model_dump_json(), []).append(role)
-    return {(LLM_POOL if roles[0] == "assistant" else f"{LLM_POOL}-{roles[0]}"): (config.engine_for(roles[0]),
-                                                                               tuple(roles))
-            for roles in by_engine.values()}
+    return {(LLM_POOL if roles[0] == "assistant" else f"{LLM_POOL}-{roles[0]}"): (engine, roles)
+            for engine, roles in config.engine_groups()}
 
 
 def pool_name(config: EngramConfig, role: Role) -> str:

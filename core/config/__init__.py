@@ -94,6 +94,15 @@ class EngramConfig(BaseSettings):
         changes = override.changes() if override is not None else {}
         return EngineConfig.model_validate({**self.engine.model_dump(), **changes, "model": self.model_for(role)})
 
+    def engine_groups(self) -> list[tuple[EngineConfig, tuple[Role, ...]]]:
+        """The distinct engines the roles run, each with the roles that share it (in ``ROLES`` order): roles with
+        the same model and the same ``models.engines`` settings share one engine (one LLM pool in the service)."""
+        groups: dict[str, tuple[EngineConfig, list[Role]]] = {}
+        for role in ROLES:
+            engine = self.engine_for(role)
+            groups.setdefault(engine.model_dump_json(), (engine, []))[1].append(role)
+        return [(engine, tuple(roles)) for engine, roles in groups.values()]
+
 
 def profile_path(profile: str | Path) -> Path:
     """'cpu' -> configs/cpu.yaml; a path is taken as is."""
