@@ -8,8 +8,8 @@ from actors.tenant_tiers import TenantTiers
 
 DROP = ("drop_tenant",)  # deleting a user compacts the journal at once
 
-DurableTiers = durable(TenantTiers, ("add", "delete", "import_tenant"), compacting=DROP,
-                       unchanged_when_falsy=("delete",))
+DurableTiers = durable(TenantTiers, ("add", "delete", "update", "import_tenant"), compacting=DROP,
+                       unchanged_when_falsy=("delete", "update"))
 DurableEpisodes = durable(TenantEpisodes, ("append", "delivered", "set_summary", "forget", "import_tenant"),
                           compacting=DROP, unchanged_when_falsy=("delivered", "set_summary", "forget"))
 DurableAssistants = durable(TenantAssistants, ("add", "forget"), compacting=DROP, unchanged_when_falsy=("forget",))

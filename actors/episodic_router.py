@@ -26,7 +26,7 @@ scoring is numpy over all segments and chunks at once.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -247,15 +247,18 @@ class EpisodicRouter:
         return self._chunk_vecs[start:stop].copy(), summary
 
     # -- routing ---------------------------------------------------------------------
-    def route(self, question: str) -> list[Activation]:
-        """The segments to activate for one question, best first (the newest may come last)."""
-        return self.route_batch([question])[0]
+    def route(self, question: str, eligible: Collection[int] | None = None) -> list[Activation]:
+        """The segments to activate for one question, best first (the newest may come last); with ``eligible``
+        (segment ids) among those only (a scoped read: ``actors.scope``)."""
+        return self.route_batch([question], eligible)[0]
 
-    def route_batch(self, questions: Sequence[str]) -> list[list[Activation]]:
+    def route_batch(self, questions: Sequence[str], eligible: Collection[int] | None = None) -> list[list[Activation]]:
         """:meth:`route` for many questions, embedded in one encoder call."""
         if not questions:
             return []
-        if not self._ids:
+        ok = None if eligible is None else np.isin(np.asarray(self._ids, dtype=np.int64),
+                                                   np.fromiter(eligible, dtype=np.int64))
+        if not self._ids or (ok is not None and not ok.any()):
             return [[] for _ in questions]
         q = self.encoder.encode(list(questions), is_query=True)
         glob = q @ self._summary_vecs.T  # (nq, n); meaningless where there is no summary
@@ -263,10 +266,10 @@ class EpisodicRouter:
         kw = np.vstack([self._bm25.scores(text) for text in questions])
         if self.config.mode == "union":
             vec = np.maximum.reduceat(chunk_sims, self._chunk_starts, axis=1)
-            routed = [self._union(glob[i], vec[i], kw[i]) for i in range(len(questions))]
+            routed = [self._union(glob[i], vec[i], kw[i], ok) for i in range(len(questions))]
         else:
             vec, in_top = self._top_chunk_means(chunk_sims)
-            routed = [self._fusion(glob[i], vec[i], in_top[i], kw[i]) for i in range(len(questions))]
+            routed = [self._fusion(glob[i], vec[i], in_top[i], kw[i], ok) for i in range(len(questions))]
         if self.config.chunking != "turn":
             return routed
         spans = {a.segment_id: slice(*self._chunk_span(self._row[a.segment_id])) for acts in routed for a in acts}
@@ -299,7 +302,7 @@ class EpisodicRouter:
         k = _minmax(kw[None])[0]
         return c.global_weight * a + c.vec_weight * b + c.kw_weight * k, a, b, k
 
-    def _union(self, glob: np.ndarray, vec: np.ndarray, kw: np.ndarray) -> list[Activation]:
+    def _union(self, glob: np.ndarray, vec: np.ndarray, kw: np.ndarray, ok: np.ndarray | None) -> list[Activation]:
         c = self.config
         combined, *_ = self._combined(glob, vec, kw)
         hits: dict[int, set[str]] = {}
@@ -308,19 +311,23 @@ class EpisodicRouter:
             ("vec", vec, c.k_vec, None),
             ("kw", kw, c.k_kw, kw > 0),
         ):
+            if ok is not None:
+                eligible = ok if eligible is None else eligible & ok
             for row in _top_k(scores, k, eligible):
                 hits.setdefault(int(row), set()).add(path)
         rows = sorted(hits, key=lambda r: (-combined[r], r))
-        return self._activations(rows, hits, combined, glob, vec, kw)
+        return self._activations(rows, hits, combined, glob, vec, kw, ok=ok)
 
     def _fusion(
-        self, glob: np.ndarray, vec: np.ndarray, in_top: np.ndarray, kw: np.ndarray
+        self, glob: np.ndarray, vec: np.ndarray, in_top: np.ndarray, kw: np.ndarray, ok: np.ndarray | None
     ) -> list[Activation]:
         c = self.config
         combined, a, _, k = self._combined(glob, vec, kw)
+        if ok is not None:
+            combined = np.where(ok, combined, -np.inf)
         order: list[int] = []
         if c.bm25_boost is not None:
-            boosted = np.flatnonzero(k >= c.bm25_boost)
+            boosted = np.flatnonzero((k >= c.bm25_boost) if ok is None else (k >= c.bm25_boost) & ok)
             order.extend(int(r) for r in boosted[np.argsort(-k[boosted], kind="stable")])
         for r in np.argsort(-combined, kind="stable"):
             if combined[r] <= 0:
@@ -332,7 +339,7 @@ class EpisodicRouter:
         hits = {r: {"vec"} if in_top[r] else set() for r in rows}
         for r in rows:
             hits[r].update(p for p, s in (("global", a[r]), ("kw", k[r])) if s > 0)
-        return self._activations(rows, hits, combined, glob, vec, kw, cap=c.max_segments)
+        return self._activations(rows, hits, combined, glob, vec, kw, cap=c.max_segments, ok=ok)
 
     def _activations(
         self,
@@ -343,9 +350,10 @@ class EpisodicRouter:
         vec: np.ndarray,
         kw: np.ndarray,
         cap: int | None = None,
+        ok: np.ndarray | None = None,
     ) -> list[Activation]:
         newest = len(self._ids) - 1
-        if self.config.include_newest and newest not in hits:
+        if self.config.include_newest and newest not in hits and (ok is None or ok[newest]):
             if cap is not None and not self.config.newest_extra and len(rows) >= cap:
                 rows = rows[: cap - 1]
             rows = [*rows, newest]

@@ -7,6 +7,7 @@ reused by the next add: hnswlib then updates the stored point in place and unmar
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import hnswlib
@@ -62,7 +63,26 @@ class HnswIndex:
             labels, distances = self._search_wide(query, k)
         return labels[0].astype(np.int64), (1.0 - distances[0]).astype(np.float32)
 
-    def _search_wide(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search_filtered(self, vector: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` among the slots where ``allowed`` (a bool mask over slots) is true: hnswlib skips the
+        others during the graph search."""
+        k = min(k, self._live)
+        if k <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        query = np.asarray(vector, dtype=np.float32).reshape(1, -1)
+        size = len(allowed)
+
+        def keep(label: int) -> bool:
+            return label < size and bool(allowed[label])
+
+        try:
+            labels, distances = self._index.knn_query(query, k=k, num_threads=1, filter=keep)
+        except RuntimeError:
+            labels, distances = self._search_wide(query, k, keep)
+        return labels[0].astype(np.int64), (1.0 - distances[0]).astype(np.float32)
+
+    def _search_wide(self, query: np.ndarray, k: int,
+                     keep: Callable[[int], bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Retry with a beam as wide as the index, then with smaller k.
 
         NOTE: deleted points stay in the graph; when k is close to the number of live points the
@@ -72,7 +92,9 @@ class HnswIndex:
         try:
             while True:
                 try:
-                    return self._index.knn_query(query, k=k)
+                    if keep is None:
+                        return self._index.knn_query(query, k=k)
+                    return self._index.knn_query(query, k=k, num_threads=1, filter=keep)
                 except RuntimeError:
                     if k <= 1:
                         raise
@@ -155,6 +177,18 @@ class AdaptiveIndex:
 
     def search(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         return self._index.search(vector, k)
+
+    def search_filtered(self, vector: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Among the ``allowed`` slots: the graph's filtered search once promoted, else exact."""
+        if isinstance(self._index, HnswIndex):
+            return self._index.search_filtered(vector, k, allowed)
+        assert isinstance(self._index, ExactIndex)
+        slots, vectors = self._index.live()
+        mask = allowed[slots]  # NOTE: a mask over every slot of the index (its capacity)
+        slots, vectors = slots[mask], vectors[mask]
+        sims = np.einsum("ij,j->i", vectors, np.asarray(vector, dtype=np.float32))
+        order = np.argsort(-sims, kind="stable")[:k]
+        return slots[order], sims[order]
 
     def resize(self, capacity: int) -> None:
         self._capacity = capacity

@@ -25,6 +25,7 @@ import numpy as np
 
 from actors.assistant import SegmentQuery
 from actors.master import MasterAnswer
+from actors.scope import MemoryFilter, Scope
 from actors.shards import Shards, assistants, router, tier
 from actors.tenant_episodes import RouteResult
 from actors.tiered_memory import Hit
@@ -60,18 +61,21 @@ class ReadPath:
     def __init__(self, shards: Shards, master: AnswerStep, *, ask_timeout_s: float | None = None) -> None:
         self.shards, self.master, self.ask_timeout_s = shards, master, ask_timeout_s
 
-    async def route(self, tenant: str, question: str, vector: np.ndarray) -> RouteResult:
-        return await router(self.shards, tenant).route(tenant, question, vector)
+    async def route(self, tenant: str, question: str, vector: np.ndarray, scope: Scope | None = None) -> RouteResult:
+        if scope is None or scope.empty:
+            return await router(self.shards, tenant).route(tenant, question, vector)
+        return await router(self.shards, tenant).route(tenant, question, vector, scope)
 
     async def extract(self, tenant: str, question: str, route: RouteResult) -> tuple[list[Evidence], TokenBill]:
-        """The assistants' evidence for the routed segments (in routing order), then the open segment's."""
+        """The assistants' evidence for the routed segments (in routing order), then the open segment's (a scoped
+        route's ``allowed`` lines only: the router already cut the open segment to them)."""
         groups: dict[int, list[int]] = defaultdict(list)  # assistant core -> ranks of its activations
         for rank, a in enumerate(route.activations):
             groups[self.shards.assistant_index(tenant, a.segment_id)].append(rank)
         wait = self.ask_timeout_s
         calls = [assistants(self.shards, i).extract(
                      tenant, [SegmentQuery(a.segment_id, question, a.line_scores)
-                              for a in (route.activations[r] for r in ranks)], timeout=wait)
+                              for a in (route.activations[r] for r in ranks)], route.allowed, timeout=wait)
                  for i, ranks in groups.items()]
         if route.open_segment is not None:
             i = self.shards.assistant_index(tenant, route.open_segment.id)
@@ -86,15 +90,18 @@ class ReadPath:
         return evidence, bill
 
     async def ask(self, tenant: str, question: str, vector: np.ndarray, *, category: int | None = None,
-                  adversarial: str | None = None) -> AskResult:
+                  adversarial: str | None = None, scope: Scope | None = None) -> AskResult:
         """Route, extract, answer. ``category`` / ``adversarial``: the question's kind and the answer a
-        category-5 question tempts with, when the caller knows them (``/v1/ask`` takes an optional category)."""
-        route = await self.route(tenant, question, vector)
+        category-5 question tempts with, when the caller knows them (``/v1/ask`` takes an optional category).
+        ``scope``: answer from the turns of that agent / run only."""
+        route = await self.route(tenant, question, vector, scope)
         evidence, bill = await self.extract(tenant, question, route)
         answer = await self.master(question, evidence, category, adversarial)
         return AskResult(route, answer, bill)
 
-    async def search(self, tenant: str, query: str, vector: np.ndarray, k: int) -> tuple[list[Hit], RouteResult]:
-        """Tier memories and routed segments for a query; no model call."""
-        return await asyncio.gather(tier(self.shards, tenant).search(tenant, query, vector, k),
-                                    self.route(tenant, query, vector))
+    async def search(self, tenant: str, query: str, vector: np.ndarray, k: int, where: MemoryFilter | None = None,
+                     threshold: float | None = None) -> tuple[list[Hit], RouteResult]:
+        """Tier memories and routed segments for a query; no model call. ``where`` filters the memories (and its
+        scope the segments); ``threshold``: the memories' minimum score."""
+        hits = tier(self.shards, tenant).search(tenant, query, vector, k, where, threshold)
+        return await asyncio.gather(hits, self.route(tenant, query, vector, None if where is None else where.scope))

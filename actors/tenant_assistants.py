@@ -7,7 +7,7 @@ is the small-model pool deployment (every actor's requests meet there and are ba
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -91,19 +91,47 @@ class TenantAssistants:
         host = self._host(tenant)
         return host is not None and segment_id in host.segment_ids
 
-    def extract(self, tenant: str, queries: Sequence[SegmentQuery]) -> tuple[list[list[Evidence]], TokenBill]:
-        """Evidence per query, in order; a segment this actor does not hold yields none."""
+    def extract(self, tenant: str, queries: Sequence[SegmentQuery],
+                only: Collection[str] | None = None) -> tuple[list[list[Evidence]], TokenBill]:
+        """Evidence per query, in order; a segment this actor does not hold yields none. ``only`` (turn ids, a
+        scoped read): the segments are read with those lines alone, the others never reach the model."""
         host = self._host(tenant)
         queries = [SegmentQuery(*q) for q in queries]
         held = [i for i, q in enumerate(queries) if host is not None and q.segment_id in host.segment_ids
                 and host.segment(q.segment_id).lines]
         out: list[list[Evidence]] = [[] for _ in queries]
+        if only is not None and held:
+            host, scoped = self._scoped(host, [queries[i] for i in held], set(only))
+            pairs = [(i, q) for i, q in zip(held, scoped, strict=True) if q is not None]
+            held = [i for i, _ in pairs]
+            for i, q in pairs:
+                queries[i] = q
         if not held:
             return out, TokenBill()
         found, bill = host.extract([queries[i] for i in held])
         for i, evidence in zip(held, found, strict=True):
             out[i] = evidence
         return out, bill
+
+    def _scoped(self, host: AssistantHost, queries: Sequence[SegmentQuery],
+                only: set[str]) -> tuple[AssistantHost, list[SegmentQuery | None]]:
+        """A reader over copies of the queried segments that keep the ``only`` lines, and each query for its copy
+        (line scores cut the same way; None when no line is left)."""
+        scoped = AssistantHost(self.engine, **self.host_options)
+        copies, out = [], []
+        for q in queries:
+            seg = self._copies(host, [q.segment_id])[0]
+            keep = [t in only for t in seg.turn_ids]
+            seg.drop_turns({t for t, k in zip(seg.turn_ids, keep, strict=True) if not k})
+            if not seg.lines:
+                out.append(None)
+                continue
+            aligned = len(q.line_scores) == len(keep)  # NOTE: the router's scores are per line of its copy
+            scores = [x for x, k in zip(q.line_scores, keep, strict=True) if k] if aligned else ()
+            copies.append(seg)
+            out.append(SegmentQuery(q.segment_id, q.question, scores))
+        scoped.add(copies)
+        return scoped, out
 
     def extract_from(self, segments: Sequence[Segment], question: str) -> tuple[list[list[Evidence]], TokenBill]:
         """Evidence from segments passed by value (the open segment, which no actor holds yet)."""

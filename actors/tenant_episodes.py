@@ -21,6 +21,7 @@ from datetime import date, datetime
 import numpy as np
 
 from actors.episodic_router import Activation, EpisodicRouter
+from actors.scope import Scope
 from actors.segmenter import Segment, Segmenter, estimate_tokens, render_turn
 from actors.tenant_export import SegmentState, StreamState, TurnVector
 from core.config import EngramConfig
@@ -36,6 +37,8 @@ class TurnRecord:
     date_time: str
     timestamp: datetime
     anchor: date | None = None  # the local date relative dates are grounded on (None: not grounded)
+    agent_id: str | None = None  # the scopes the turn was written in (actors/scope.py)
+    run_id: str | None = None
 
     @property
     def line(self) -> str:
@@ -63,6 +66,8 @@ class RouteResult:
     activations: list[Activation]
     segments: dict[int, tuple[datetime, datetime, list[str]]]  # id -> (start, end, turn ids)
     open_segment: Segment | None = None
+    # a scoped route: the routed turns inside the scope (the only lines a reader may see); None: every turn
+    allowed: frozenset[str] | None = None
 
 
 @dataclass
@@ -75,6 +80,7 @@ class _Stream:
     seen: set[str] = field(default_factory=set)  # turn ids appended so far: a retried write is not doubled
     pending: dict[int, Segment] = field(default_factory=dict)  # closed, not yet confirmed held by an assistant
     summaries: dict[int, str] = field(default_factory=dict)  # segment id -> summary text (for exports)
+    scopes: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)  # turn id -> (agent, run)
 
 
 @contextmanager
@@ -112,6 +118,8 @@ class TenantEpisodes:
         for s in self._streams.values():
             if not hasattr(s, "summaries"):
                 s.summaries = {}
+            if not hasattr(s, "scopes"):  # saved before scopes: its turns belong to no agent and no run
+                s.scopes = {}
 
     def warm(self) -> None:
         """Load what the first write would otherwise wait for (the tokenizer behind ``count_tokens``)."""
@@ -155,6 +163,9 @@ class TenantEpisodes:
             if keep:
                 s.encoder.known[turn.line] = np.asarray(vec, np.float32)
                 closed.extend(s.segmenter.add(turn))
+                agent, run = getattr(turn, "agent_id", None), getattr(turn, "run_id", None)
+                if agent is not None or run is not None:
+                    s.scopes[turn.turn_id] = (agent, run)
         if closed:
             s.router.add(closed)
             for seg in closed:
@@ -168,15 +179,34 @@ class TenantEpisodes:
             s.encoder.known = {line: v for line, v in s.encoder.known.items() if line in still}
         return list(s.pending.values())
 
-    def route(self, tenant: str, question: str, vector: np.ndarray) -> RouteResult:
+    def route(self, tenant: str, question: str, vector: np.ndarray, scope: Scope | None = None) -> RouteResult:
+        """The segments to read for a question; with a ``scope`` only segments that hold a turn of it, and
+        ``allowed`` names the routed turns inside it (the open segment comes back with those only)."""
         s = self._stream(tenant)
         if s is None:
             return RouteResult([], {})
+        inside: set[str] | None = None
+        eligible: set[int] | None = None
+        if scope is not None and not scope.empty:
+            inside = {t for t, (agent, run) in s.scopes.items() if scope.contains(agent, run)}
+            eligible = {sid for sid, (_, _, turn_ids) in s.meta.items() if not inside.isdisjoint(turn_ids)}
         with _lent(s.encoder, question, vector):
-            activations = s.router.route(question)
+            activations = s.router.route(question, eligible)
         meta = {a.segment_id: s.meta[a.segment_id] for a in activations}
         open_seg = s.segmenter.current() if self.config.router.include_newest else None
-        return RouteResult(activations, meta, open_seg if open_seg and open_seg.lines else None)
+        if open_seg is not None and inside is not None:
+            open_seg.drop_turns(set(open_seg.turn_ids) - inside)
+        allowed = None
+        if inside is not None:
+            routed = [t for _, _, turn_ids in meta.values() for t in turn_ids]
+            routed += open_seg.turn_ids if open_seg is not None else []
+            allowed = frozenset(t for t in routed if t in inside)
+        return RouteResult(activations, meta, open_seg if open_seg and open_seg.lines else None, allowed)
+
+    def in_scope(self, tenant: str, scope: Scope) -> list[str]:
+        """Ids of the tenant's turns in the stream's segments written in ``scope``, in the order they arrived."""
+        s = self._stream(tenant)
+        return [] if s is None else [t for t, (agent, run) in s.scopes.items() if scope.contains(agent, run)]
 
     def delivered(self, tenant: str, segment_ids: Sequence[int]) -> int:
         """The assistants hold these segments now: stop handing them out. Returns how many were pending."""
@@ -226,7 +256,8 @@ class TenantEpisodes:
                                                              zip(cur.turn_ids, cur.lines, strict=True)})
         carry = [TurnVector(c.turn_id, c.line, c.timestamp, c.tokens, s.encoder.known[c.line])
                  for c in s.segmenter.carry]
-        return StreamState(s.segmenter.next_id, sorted(s.seen), list(s.recent), closed, opened, carry)
+        return StreamState(s.segmenter.next_id, sorted(s.seen), list(s.recent), closed, opened, carry,
+                           dict(s.scopes))
 
     def import_tenant(self, tenant: str, state: StreamState) -> int:
         """Rebuild the tenant's stream from an export; it must have none (else ValueError). Returns the
@@ -236,6 +267,7 @@ class TenantEpisodes:
         s = self._stream(tenant, create=True)
         try:
             s.seen.update(state.seen)
+            s.scopes.update(state.scopes)
             s.recent.extend(np.asarray(v, np.float32) for v in state.context)
             for st in state.closed:
                 seg = st.segment
@@ -268,6 +300,8 @@ class TenantEpisodes:
             return 0
         drop = set(turn_ids)
         removed = s.segmenter.forget(drop) + sum(seg.drop_turns(drop) for seg in s.pending.values())
+        for t in drop:
+            s.scopes.pop(t, None)
         for seg in segments:
             if seg.id not in s.meta:
                 continue

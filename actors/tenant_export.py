@@ -65,6 +65,7 @@ class StreamState:
     closed: list[SegmentState] = field(default_factory=list)  # oldest first; segments as the router has them
     open: SegmentState | None = None
     carry: list[TurnVector] = field(default_factory=list)
+    scopes: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)  # turn id -> (agent, run)
 
 
 # -- the records -------------------------------------------------------------------------------------
@@ -119,6 +120,8 @@ class StreamRecord(_Record):
     seen: list[str]
     context: list[list[float]]
     carry: list[TurnOut]
+    scopes: dict[str, tuple[str | None, str | None]] = Field(
+        default_factory=dict, description="turn id -> [agent_id, run_id] for turns written in a scope")
 
 
 Record = Annotated[HeaderRecord | MemoryRecord | SegmentRecord | StreamRecord, Field(discriminator="kind")]
@@ -193,7 +196,7 @@ def export_lines(user_id: str, dim: int, memories: Sequence[dict[str, Any]], str
     if stream is not None:
         yield StreamRecord(kind="stream", next_segment_id=stream.next_segment_id, seen=stream.seen,
                            context=[_vec(v) for v in stream.context],
-                           carry=[_turn(t) for t in stream.carry]).model_dump_json()
+                           carry=[_turn(t) for t in stream.carry], scopes=stream.scopes).model_dump_json()
 
 
 # -- import ------------------------------------------------------------------------------------------
@@ -275,7 +278,7 @@ def parse_import(lines: Iterable[str | bytes], dim: int) -> ImportPlan:
         if stream.next_segment_id <= top:
             raise InvalidExport(f"stream.next_segment_id {stream.next_segment_id} must exceed every segment id ({top})")
         state = StreamState(stream.next_segment_id, list(stream.seen), [_arr(v) for v in stream.context], closed,
-                            open_seg, [_turn_in(t) for t in stream.carry])
+                            open_seg, [_turn_in(t) for t in stream.carry], dict(stream.scopes))
     return ImportPlan(header, memories, [s.segment for s in closed], state)
 
 

@@ -15,11 +15,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from actors.scope import MemoryFilter, Scope
 from actors.segmenter import Segment
 from actors.shards import KINDS, Shards, assistants, router, tier
 from actors.tenant_export import ImportPlan, export_lines
 from actors.tenant_tiers import StoredMemory
 from core.errors import ConflictError, NotFoundError
+
+
+def _missing(tenant: str, memory_id: str) -> NotFoundError:
+    return NotFoundError(f"memory {memory_id!r} not found for user {tenant!r}", param="memory_id")
 
 
 @dataclass
@@ -35,24 +42,58 @@ class TenantOps:
                  queue_summaries: Callable[[str, dict[int, list[Segment]]], None] | None = None) -> None:
         self.shards, self.queue_summaries = shards, queue_summaries
 
-    async def list_memories(self, tenant: str, offset: int, limit: int) -> tuple[list[StoredMemory], int]:
-        return await tier(self.shards, tenant).list(tenant, offset, limit)
+    async def list_memories(self, tenant: str, offset: int, limit: int,
+                            where: MemoryFilter | None = None) -> tuple[list[StoredMemory], int]:
+        if where is None or where.empty:
+            return await tier(self.shards, tenant).list(tenant, offset, limit)
+        return await tier(self.shards, tenant).list(tenant, offset, limit, where)
 
     async def get_memory(self, tenant: str, memory_id: str) -> StoredMemory:
         m = await tier(self.shards, tenant).get(tenant, memory_id)
         if m is None:
-            raise NotFoundError(f"memory {memory_id!r} not found for user {tenant!r}", param="memory_id")
+            raise _missing(tenant, memory_id)
         return m
 
+    async def update_memory(self, tenant: str, memory_id: str, text: str, vector: np.ndarray, at: float,
+                            metadata: dict[str, Any] | None = None) -> StoredMemory:
+        """A new version of a tier memory (the old text stays in its history). The episodic segments keep the
+        turn as it was said: ``/v1/ask`` reads the conversation, not the edited memory."""
+        m = await tier(self.shards, tenant).update(tenant, memory_id, text, vector, at, metadata)
+        if m is None:
+            raise _missing(tenant, memory_id)
+        return m
+
+    async def history(self, tenant: str, memory_id: str) -> tuple[StoredMemory, list[dict[str, Any]]]:
+        """The memory as it is now and its versions, oldest first."""
+        t = tier(self.shards, tenant)
+        m, versions = await asyncio.gather(t.get(tenant, memory_id), t.history(tenant, memory_id))
+        if m is None or versions is None:
+            raise _missing(tenant, memory_id)
+        return m, versions
+
     async def delete_memory(self, tenant: str, memory_id: str) -> Deleted:
-        n = await tier(self.shards, tenant).delete(tenant, [memory_id])
-        forgotten = await asyncio.gather(*(assistants(self.shards, i).forget(tenant, [memory_id])
+        gone = await self._delete(tenant, [memory_id])
+        if not gone.memories and not gone.turns:
+            raise _missing(tenant, memory_id)
+        return gone
+
+    async def delete_scope(self, tenant: str, scope: Scope) -> Deleted:
+        """Forget every memory and raw turn written in ``scope`` (an agent's, a run's, or both)."""
+        if scope.empty:
+            raise ValueError("a scope to delete names an agent_id or a run_id")
+        ids, turns = await asyncio.gather(tier(self.shards, tenant).matching(tenant, MemoryFilter(scope)),
+                                          router(self.shards, tenant).in_scope(tenant, scope))
+        wanted = list(dict.fromkeys([*ids, *turns]))
+        return await self._delete(tenant, wanted) if wanted else Deleted(0, 0)
+
+    async def _delete(self, tenant: str, ids: list[str]) -> Deleted:
+        """Remove ids from the tier shard, every assistant core's segments and the router's index."""
+        n = await tier(self.shards, tenant).delete(tenant, ids)
+        forgotten = await asyncio.gather(*(assistants(self.shards, i).forget(tenant, ids)
                                            for i in range(self.shards.count("assistants"))))
         changed = [seg for f in forgotten for seg in f.segments]
         # NOTE: the router re-indexes the segments that lost the line (BM25, dense chunks; summaries dropped)
-        lines = await router(self.shards, tenant).forget(tenant, [memory_id], changed)
-        if n == 0 and not lines and not any(forgotten):
-            raise NotFoundError(f"memory {memory_id!r} not found for user {tenant!r}", param="memory_id")
+        lines = await router(self.shards, tenant).forget(tenant, ids, changed)
         groups: dict[int, list[Segment]] = defaultdict(list)
         for seg in changed if self.queue_summaries is not None else ():
             if seg.lines:  # fresh summaries of what the segments hold now

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from actors.scope import MemoryFilter
 from actors.tenant_export import memory_item, memory_record
 from actors.tier import MemoryItem
 from actors.tiered_memory import Hit, TieredMemory
@@ -88,8 +89,10 @@ class TenantTiers:
         vectors: np.ndarray,
         importance: Sequence[float],
         metadata: Sequence[dict[str, Any]],
+        at: float | None = None,
     ) -> AddReport:
-        """Store admitted items. With ``dedup.enabled`` (actors/write_links.py) an item that duplicates one of
+        """Store admitted items (``at``: when they were written, Unix seconds; default now — the service passes
+        it, so that a journal replay gives them the same ``created_at``). With ``dedup.enabled`` (actors/write_links.py) an item that duplicates one of
         its speaker's memories (``metadata['speaker']``) is not stored; one that changes a fact slot is stored
         with ``supersedes`` in its metadata and the older memory gets ``superseded_by``. ``links`` says which,
         per offered item (None: stored as new)."""
@@ -110,7 +113,7 @@ class TenantTiers:
                 metadata[i]["supersedes"] = links[i].target
         pruned = mem.stats.pruned
         mem.add([texts[i] for i in keep], ids=[ids[i] for i in keep], importance=[importance[i] for i in keep],
-                vectors=vectors[keep], metadata=[metadata[i] for i in keep])
+                vectors=vectors[keep], metadata=[metadata[i] for i in keep], created_at=at)
         for i in keep:
             if links[i] is not None:
                 mem.annotate(links[i].target, {"superseded_by": ids[i]})
@@ -138,22 +141,70 @@ class TenantTiers:
             links.append(judge(text, speaker, facts[i], near + batch, holders, cfg.duplicate_similarity))
         return links
 
-    def search(self, tenant: str, query: str, vector: np.ndarray, k: int) -> list[Hit]:
+    def search(self, tenant: str, query: str, vector: np.ndarray, k: int, where: MemoryFilter | None = None,
+               threshold: float | None = None) -> list[Hit]:
+        """The tenant's k best memories for a query; ``where``: only those it matches (scope, metadata, time);
+        ``threshold``: only hits that score at least that."""
         mem = self._memory(tenant)
         if mem is None or len(mem) == 0:
             return []
-        return mem.retrieve(query, k, vector=np.asarray(vector, np.float32))
+        test = None if where is None or where.empty else where.matches
+        hits = mem.retrieve(query, k, vector=np.asarray(vector, np.float32), where=test)
+        return hits if threshold is None else [h for h in hits if h.score >= threshold]
+
+    def update(self, tenant: str, memory_id: str, text: str, vector: np.ndarray, at: float,
+               metadata: dict[str, Any] | None = None) -> StoredMemory | None:
+        """A new version of a memory: new text (and vector), ``metadata`` merged in; the text it had is kept in
+        its ``versions`` (oldest first, with the time each was written), ``updated_at`` is ``at``. None when the
+        tenant has no such memory."""
+        mem = self._memory(tenant)
+        found = mem.get(memory_id) if mem is not None else None
+        if found is None:
+            return None
+        _, item = found
+        meta = {**(item.metadata or {}), **(metadata or {})}
+        written = meta.get("updated_at", item.created_at or 0.0)
+        meta["versions"] = [*meta.get("versions", ()), {"text": item.text, "at": written}]
+        meta["updated_at"] = float(at)
+        facts = fact_slots(text)
+        if facts:
+            meta["facts"] = facts
+        else:
+            meta.pop("facts", None)
+        mem.update(memory_id, text, np.asarray(vector, np.float32), meta)
+        return self.get(tenant, memory_id)
+
+    def history(self, tenant: str, memory_id: str) -> list[dict[str, Any]] | None:
+        """A memory's versions oldest first: ``{"version", "text", "at", "event"}`` (event ``ADD`` for the first,
+        ``UPDATE`` after); None when the tenant has no such memory."""
+        m = self.get(tenant, memory_id)
+        if m is None:
+            return None
+        versions = [*m.metadata.get("versions", ()), {"text": m.text, "at": m.metadata.get("updated_at",
+                                                                                           m.created_at)}]
+        return [{"version": n, "text": v["text"], "at": float(v["at"]), "event": "ADD" if n == 1 else "UPDATE"}
+                for n, v in enumerate(versions, 1)]
+
+    def matching(self, tenant: str, where: MemoryFilter) -> list[str]:
+        """Ids of the tenant's memories that ``where`` matches, oldest first."""
+        mem = self._memory(tenant)
+        return [] if mem is None else [str(i) for i, _, meta in mem.records() if where.matches(meta)]
 
     def get(self, tenant: str, memory_id: str) -> StoredMemory | None:
         mem = self._memory(tenant)
         found = mem.get(memory_id) if mem is not None else None
         return None if found is None else StoredMemory.of(*found)
 
-    def list(self, tenant: str, offset: int = 0, limit: int = 50) -> tuple[list[StoredMemory], int]:
-        """A page of the tenant's memories (L1 then L2, oldest first within a tier) and the total."""
+    def list(self, tenant: str, offset: int = 0, limit: int = 50,
+             where: MemoryFilter | None = None) -> tuple[list[StoredMemory], int]:
+        """A page of the tenant's memories (L1 then L2, oldest first within a tier) and the total; with ``where``
+        of those it matches."""
         mem = self._memory(tenant)
         if mem is None:
             return [], 0
+        if where is not None and not where.empty:
+            hits = [StoredMemory.of(t.name, it) for t in mem.tiers for it in t.items() if where.matches(it.metadata)]
+            return hits[offset : offset + limit], len(hits)
         total = len(mem)
         out: list[StoredMemory] = []
         skip = offset

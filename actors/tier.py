@@ -25,6 +25,7 @@ from core.config import EvictionConfig, TierConfig
 logger = logging.getLogger(__name__)
 
 ItemId = str | int
+EXACT_FILTERED_UP_TO = 4096  # a filtered search over at most this many allowed items reads them exactly
 IndexFactory = Callable[..., VectorIndex]
 
 
@@ -248,10 +249,47 @@ class TierShard:
         slots = sorted(self._slot_of.values(), key=lambda s: self.seq[s])
         return [(self.ids[s], self.texts[s], self.metadata[s], self.created_at[s] or 0.0) for s in slots]
 
+    def replace(self, item_id: ItemId, text: str, vector: np.ndarray, entities: tuple[str, ...],
+                entity_ids: np.ndarray, metadata: dict[str, Any] | None) -> bool:
+        """Give a stored item new text, vector, entities and metadata in place (same slot, usage and place in the
+        eviction order); False when the item is not in this tier."""
+        slot = self._slot_of.get(item_id)
+        if slot is None:
+            return False
+        if len(entity_ids) > self.entity_ids.shape[1]:
+            pad = np.full((len(self.entity_ids), len(entity_ids) - self.entity_ids.shape[1]), -1, dtype=np.int64)
+            self.entity_ids = np.hstack([self.entity_ids, pad])
+        self.entity_ids[slot] = -1
+        self.entity_ids[slot, : len(entity_ids)] = entity_ids
+        self.texts[slot], self.entities[slot], self.metadata[slot] = text, entities, metadata
+        vec = np.asarray(vector, dtype=np.float32).reshape(1, -1)
+        self.vectors[slot] = vec[0]
+        self._index.remove(np.array([slot]))
+        self._index.add(np.array([slot]), vec)
+        return True
+
     # -- reads -----------------------------------------------------------------------------
-    def search(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Up to k (slots, cosine similarities), most similar first."""
-        return self._index.search(vector, k)
+    def allowed(self, where: Callable[[dict[str, Any] | None], bool]) -> np.ndarray:
+        """A mask over the slots: occupied and ``where(metadata)`` true (a filtered search's candidates)."""
+        mask = np.zeros(self.allocated, dtype=bool)
+        for slot in self._slot_of.values():
+            mask[slot] = where(self.metadata[slot])
+        return mask
+
+    def search(self, vector: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Up to k (slots, cosine similarities), most similar first; with ``allowed`` (a slot mask) among those
+        slots only."""
+        if allowed is None:
+            return self._index.search(vector, k)
+        slots = np.flatnonzero(allowed[: self.allocated] & self.occupied)
+        filtered = getattr(self._index, "search_filtered", None)
+        if filtered is None or len(slots) <= EXACT_FILTERED_UP_TO:
+            # NOTE: a few allowed rows are read directly (exact, and faster than steering a graph search past
+            # every other point); einsum as in ExactIndex, so a row's score does not depend on its neighbours.
+            sims = np.einsum("ij,j->i", self.vectors[slots], np.asarray(vector, dtype=np.float32))
+            order = np.argsort(-sims, kind="stable")[:k]
+            return slots[order], sims[order]
+        return filtered(vector, min(k, len(slots)), allowed)
 
     def entity_overlap(self, slots: np.ndarray, query_entity_ids: np.ndarray) -> np.ndarray:
         """|query entities ∩ item entities| per slot, vectorised over the padded id matrix."""

@@ -11,7 +11,7 @@ With ``config.l2 = None`` the memory is a single tier (the unbounded "oracle" ba
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -93,8 +93,10 @@ class TieredMemory:
         importance: Sequence[float] | None = None,
         vectors: np.ndarray | None = None,
         metadata: Sequence[dict[str, Any] | None] | None = None,
+        created_at: float | None = None,
     ) -> list[ItemId]:
-        """Store texts (embedding them unless ``vectors`` is given); returns their ids."""
+        """Store texts (embedding them unless ``vectors`` is given); returns their ids. ``created_at``: the items'
+        creation time (default: now; a journal replay passes the time of the original write)."""
         n = len(texts)
         ids = list(ids) if ids is not None else [self.stats.added + i for i in range(n)]
         importance = list(importance) if importance is not None else [0.5] * n
@@ -105,7 +107,7 @@ class TieredMemory:
             vectors = self.encoder.encode(texts)
         if vectors.shape != (n, self.encoder.dim):
             raise ValueError(f"vectors must have shape ({n}, {self.encoder.dim}), got {vectors.shape}")
-        now = time.time()
+        now = time.time() if created_at is None else float(created_at)
         items = []
         for i, text in enumerate(texts):
             entities = self._extract(text)
@@ -161,6 +163,13 @@ class TieredMemory:
         """Merge ``fields`` into the metadata of a stored item (whichever tier holds it)."""
         return any(tier.annotate(item_id, fields) for tier in self.tiers)
 
+    def update(self, item_id: ItemId, text: str, vector: np.ndarray, metadata: dict[str, Any] | None) -> bool:
+        """Give a stored item new text (and its vector) and metadata where it is, entities extracted again; False
+        when no tier holds it."""
+        entities = self._extract(text)
+        ids = self._vocab.intern(entities)
+        return any(t.replace(item_id, text, vector, entities, ids, metadata) for t in self.tiers)
+
     def records(self) -> list[tuple[ItemId, str, dict[str, Any] | None]]:
         """(id, text, metadata) of every item, oldest first (by creation time, then tier order); no vectors."""
         rows = [(it_created, n, item_id, text, meta) for n, tier in enumerate(self.tiers)
@@ -188,21 +197,25 @@ class TieredMemory:
             return True
         return gate.check_entities and not np.isin(query_entities, self.l1.entity_ids[slots[0]]).all()
 
-    def retrieve(self, query: str, k: int | None = None, *, vector: np.ndarray | None = None) -> list[Hit]:
-        """The k best memories for ``query`` (embedded here unless ``vector`` is given)."""
+    def retrieve(self, query: str, k: int | None = None, *, vector: np.ndarray | None = None,
+                 where: Callable[[dict[str, Any] | None], bool] | None = None) -> list[Hit]:
+        """The k best memories for ``query`` (embedded here unless ``vector`` is given); with ``where`` (a test
+        of an item's metadata, e.g. ``actors.scope.MemoryFilter.matches``) among the items it accepts only —
+        the gate then judges L1 by its accepted items."""
         cfg = self.config
         k = k or cfg.k
         clock = self._tick()
         self.stats.queries += 1
         q = vector if vector is not None else self.encoder.encode([query], is_query=True)[0]
         q_entities = self._vocab.lookup(self._extract(query))
+        allowed = {t.name: None if where is None else t.allowed(where) for t in self.tiers}
 
         l1_k = cfg.gate.l1_k if self.l2 is not None else cfg.oracle_k
-        slots, sims = self.l1.search(q, l1_k)
+        slots, sims = self.l1.search(q, l1_k, allowed["l1"])
         parts = [(self.l1, slots, sims)]
         if self.l2 is not None and cfg.gate.enabled and self._gate_fires(slots, sims, q_entities):
             self.stats.gate_fired += 1
-            slots2, sims2 = self.l2.search(q, cfg.gate.l2_k)
+            slots2, sims2 = self.l2.search(q, cfg.gate.l2_k, allowed["l2"])
             if len(slots2):
                 part = (self.l2, slots2, sims2)
                 parts = [part] if cfg.gate.mode == "replace" else [*parts, part]

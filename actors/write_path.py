@@ -11,6 +11,7 @@ write is acknowledged.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,6 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from actors.admission import Decision, content_type_rule
+from actors.scope import RESERVED_KEYS
 from actors.segmenter import Segment
 from actors.shards import Shards, assistants, router, tier
 from actors.tenant_episodes import TurnRecord
@@ -104,17 +106,22 @@ class WritePath:
         self.config, self.shards, self.embed, self.classify = config, shards, embed, classify
 
     async def add_turns(self, tenant: str, turns: Sequence[TurnRecord], *, agent_id: str | None = None,
-                        session_id: str | None = None) -> WriteReport:
+                        run_id: str | None = None, session_id: str | None = None,
+                        metadata: dict[str, Any] | None = None) -> WriteReport:
+        """``agent_id`` / ``run_id``: the scopes the turns are written in (``actors/scope.py``); ``metadata``: the
+        writer's own keys, kept on every memory the turns become (none of ``RESERVED_KEYS``: the edge refuses them)."""
+        turns = [replace(t, agent_id=agent_id, run_id=run_id) for t in turns]
         ids = [t.turn_id for t in turns]
         vectors = await self.embed([t.line for t in turns])
         decisions = list(await self._admit(tenant, turns, vectors))
         keep = [i for i, d in enumerate(decisions) if d.op == "ADD"]
         meta: list[dict[str, Any]] = [
-            {"speaker": turns[i].speaker, "timestamp": turns[i].timestamp.isoformat(), "date_time": turns[i].date_time,
-             "type": decisions[i].content_type, "agent_id": agent_id, "session_id": session_id} for i in keep]
+            {**(metadata or {}), "speaker": turns[i].speaker, "timestamp": turns[i].timestamp.isoformat(),
+             "date_time": turns[i].date_time, "type": decisions[i].content_type, "agent_id": agent_id,
+             "run_id": run_id, "session_id": session_id} for i in keep]
         report = await tier(self.shards, tenant).add(
             tenant, [ids[i] for i in keep], [turns[i].text for i in keep], vectors[keep],
-            [d.p_add if d.p_add is not None else 0.5 for d in (decisions[i] for i in keep)], meta)
+            [d.p_add if d.p_add is not None else 0.5 for d in (decisions[i] for i in keep)], meta, time.time())
         # NOTE: the tier shard's dedup (actors/write_links.py) turns a duplicate into a NOOP that points at the
         # memory it repeats; the episodic stream then leaves it out like any other NOOP.
         links: list[dict[str, Any] | None] = [None] * len(turns)

@@ -7,7 +7,9 @@
     engram ingest jsonl turns.jsonl --user U              one TurnIn JSON object per line
     engram ask U "Where did Caroline move from?"          answer, evidence, token bill
     engram search U "adoption agencies" [--k 5]           memories and routed segments
-    engram memories U | forget U MEMORY_ID | delete-user U | health
+    engram memories U [--agent A] [--run R] [--where type=fact] [--since 2023-05-01]
+    engram update U MEMORY_ID "new text" | history U MEMORY_ID      a new version; every version
+    engram forget U MEMORY_ID | forget U --agent A [--run R] | delete-user U | health
     engram export U [-o FILE] | import U FILE             a user's memory as JSON Lines, and back
     engram keys create --tenant U [--admin] [--name N]    an API key, printed once (keys list | keys revoke KEY_ID)
     engram models fetch qwen2.5-coder-1.5b                download, verify and convert a model (models list)
@@ -19,7 +21,8 @@ Requests carry ``--api-key`` / ``$ENGRAM_API_KEY`` as ``Authorization: Bearer``;
 file (``auth.keys_file``) directly and needs no running service.
 
 This module holds the parser, the entry point, ``start`` and ``bench``; the other commands live in
-``cli_ingest`` (ingest), ``cli_queries`` (ask, search, memories, forget, delete-user, export, import, health) and
+``cli_ingest`` (ingest), ``cli_queries`` (ask, search, memories, update, history, forget, delete-user, export,
+import, health) and
 ``cli_keys`` (keys), with their shared plumbing in ``cli_common``.
 """
 
@@ -27,12 +30,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import yaml
@@ -48,9 +52,11 @@ from cluster.cli_queries import (
     _cmd_export,
     _cmd_forget,
     _cmd_health,
+    _cmd_history,
     _cmd_import,
     _cmd_memories,
     _cmd_search,
+    _cmd_update,
 )
 from cluster.client import DEFAULT_TIMEOUT_S, DEFAULT_URL, EngramClient, EngramHTTPError
 from serve.auth import KeyFileError, KeyStore
@@ -201,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("user")
     s.add_argument("question")
     s.add_argument("--category", type=int, choices=range(1, 6), help="LoCoMo category hint (2 temporal, 5 adversarial)")
+    _scope_flags(s)
     s.add_argument("--json", action="store_true", help="print the reply as JSON")
     s.set_defaults(run=_cmd_ask)
 
@@ -208,6 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("user")
     s.add_argument("query")
     s.add_argument("--k", type=int, default=5)
+    _scope_flags(s, filters=True)
+    s.add_argument("--threshold", type=float, help="only memories scoring at least this")
     s.add_argument("--json", action="store_true", help="print the reply as JSON")
     s.set_defaults(run=_cmd_search)
 
@@ -215,12 +224,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("user")
     s.add_argument("--offset", type=int, default=0)
     s.add_argument("--limit", type=int, default=50)
+    _scope_flags(s, filters=True)
     s.add_argument("--json", action="store_true", help="print the reply as JSON")
     s.set_defaults(run=_cmd_memories)
 
-    s = sub.add_parser("forget", help="delete one memory")
+    s = sub.add_parser("update", help="change a memory's text (a new version; the old one kept)")
     s.add_argument("user")
     s.add_argument("memory_id")
+    s.add_argument("text")
+    s.add_argument("--json", action="store_true", help="print the reply as JSON")
+    s.set_defaults(run=_cmd_update)
+
+    s = sub.add_parser("history", help="a memory's versions, oldest first")
+    s.add_argument("user")
+    s.add_argument("memory_id")
+    s.add_argument("--json", action="store_true", help="print the reply as JSON")
+    s.set_defaults(run=_cmd_history)
+
+    s = sub.add_parser("forget", help="delete one memory, or every memory of an agent / a run")
+    s.add_argument("user")
+    s.add_argument("memory_id", nargs="?", help="the memory (or give --agent / --run for a whole scope)")
+    _scope_flags(s)
     s.set_defaults(run=_cmd_forget)
 
     s = sub.add_parser("delete-user", help="delete everything stored for a user")
@@ -276,6 +300,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("args", nargs=argparse.REMAINDER, help="passed on to the benchmark")
     s.set_defaults(run=_cmd_bench)
     return p
+
+
+def _scope_flags(s: argparse.ArgumentParser, filters: bool = False) -> None:
+    s.add_argument("--agent", dest="agent_id", help="scope: this agent's memories only")
+    s.add_argument("--run", dest="run_id", help="scope: this run's memories only")
+    if filters:
+        s.add_argument("--where", action="append", default=[], type=_key_value, metavar="KEY=VALUE",
+                       help="metadata equality (repeatable; VALUE is read as JSON when it parses, else as text)")
+        s.add_argument("--since", help="event time at or after (ISO 8601)")
+        s.add_argument("--until", help="event time before (ISO 8601)")
+
+
+def _key_value(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = value
+    return key, parsed if isinstance(parsed, str | int | float | bool) else value
 
 
 def _batch_size(text: str) -> int:

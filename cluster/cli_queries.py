@@ -1,12 +1,30 @@
-"""``engram ask | search | memories | forget | delete-user | export | import | health``: one request each."""
+"""``engram ask | search | memories | update | history | forget | delete-user | export | import | health``: one
+request each."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from typing import Any
+
 from cluster.cli_common import _Context, _fail
-from serve.schemas import AskResponse, SearchResponse
+from serve.schemas import AskResponse, MemoryHistory, SearchResponse
+
+
+def _filters(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--where`` / ``--since`` / ``--until`` as the API's ``filters`` (None when none is given)."""
+    f = {"metadata": dict(args.where), "since": args.since, "until": args.until}
+    f = {k: v for k, v in f.items() if v}
+    return f or None
+
+
+def format_history(reply: MemoryHistory) -> str:
+    lines = [f"{reply.memory_id}: {len(reply.versions)} version(s)"]
+    lines += [f"  v{v.version}  {v.at:%Y-%m-%d %H:%M:%S}  {v.event:<6}  {v.text}" for v in reply.versions]
+    lines += [f"  {name}: {ref}" for name, ref in (("supersedes", reply.supersedes),
+                                                   ("superseded by", reply.superseded_by)) if ref]
+    return "\n".join(lines)
 
 
 def format_ask(reply: AskResponse) -> str:
@@ -34,21 +52,23 @@ def format_search(reply: SearchResponse) -> str:
 
 def _cmd_ask(args: argparse.Namespace, ctx: _Context) -> int:
     with ctx.connect() as client:
-        reply = client.ask(args.user, args.question, args.category)
+        reply = client.ask(args.user, args.question, args.category, args.agent_id, args.run_id)
     print(reply.model_dump_json(indent=2) if args.json else format_ask(reply))
     return 0
 
 
 def _cmd_search(args: argparse.Namespace, ctx: _Context) -> int:
     with ctx.connect() as client:
-        reply = client.search(args.user, args.query, args.k)
+        reply = client.search(args.user, args.query, args.k, args.agent_id, args.run_id, _filters(args),
+                              args.threshold)
     print(reply.model_dump_json(indent=2) if args.json else format_search(reply))
     return 0
 
 
 def _cmd_memories(args: argparse.Namespace, ctx: _Context) -> int:
     with ctx.connect() as client:
-        reply = client.list_memories(args.user, args.offset, args.limit)
+        reply = client.list_memories(args.user, args.offset, args.limit, args.agent_id, args.run_id,
+                                     _filters(args))
     if args.json:
         print(reply.model_dump_json(indent=2))
         return 0
@@ -58,9 +78,29 @@ def _cmd_memories(args: argparse.Namespace, ctx: _Context) -> int:
     return 0
 
 
-def _cmd_forget(args: argparse.Namespace, ctx: _Context) -> int:
+def _cmd_update(args: argparse.Namespace, ctx: _Context) -> int:
     with ctx.connect() as client:
-        reply = client.delete_memory(args.user, args.memory_id)
+        reply = client.update_memory(args.user, args.memory_id, args.text)
+    print(reply.model_dump_json(indent=2) if args.json else f"{reply.id}: {reply.text}")
+    return 0
+
+
+def _cmd_history(args: argparse.Namespace, ctx: _Context) -> int:
+    with ctx.connect() as client:
+        reply = client.memory_history(args.user, args.memory_id)
+    print(reply.model_dump_json(indent=2) if args.json else format_history(reply))
+    return 0
+
+
+def _cmd_forget(args: argparse.Namespace, ctx: _Context) -> int:
+    scoped = args.agent_id is not None or args.run_id is not None
+    if (args.memory_id is None) == (not scoped):
+        return _fail("name a MEMORY_ID or a scope (--agent / --run), not both", 2)
+    with ctx.connect() as client:
+        if scoped:
+            reply = client.delete_scope(args.user, args.agent_id, args.run_id)
+        else:
+            reply = client.delete_memory(args.user, args.memory_id)
     print(f"{reply.user_id}: deleted {reply.memories} memories, {reply.turns} turns")
     return 0
 

@@ -19,6 +19,7 @@ An error reply raises :class:`EngramHTTPError`; a server that cannot be reached 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -34,13 +35,16 @@ from serve.schemas import (
     AskResponse,
     Deleted,
     ErrorBody,
+    Filters,
     Health,
     Imported,
     Memory,
+    MemoryHistory,
     MemoryList,
     SearchRequest,
     SearchResponse,
     TurnIn,
+    UpdateMemoryRequest,
 )
 
 __all__ = ["AsyncEngramClient", "Call", "DEFAULT_URL", "EngramClient", "EngramHTTPError"]
@@ -104,6 +108,10 @@ def _seg(part: str) -> str:
     return quote(part, safe="")
 
 
+def _scope(agent_id: str | None, run_id: str | None) -> dict[str, str]:
+    return {k: v for k, v in (("agent_id", agent_id), ("run_id", run_id)) if v is not None}
+
+
 def _turn(turn: TurnIn | Mapping[str, Any]) -> TurnIn:
     return turn if isinstance(turn, TurnIn) else TurnIn.model_validate(dict(turn))
 
@@ -117,19 +125,28 @@ class _Calls:
         turns: Iterable[TurnIn | Mapping[str, Any]],
         agent_id: str | None = None,
         session_id: str | None = None,
+        run_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> Call[AddTurnsResponse]:
         body = AddTurnsRequest(
-            user_id=user_id, agent_id=agent_id, session_id=session_id, turns=[_turn(t) for t in turns]
+            user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=session_id,
+            metadata=None if metadata is None else dict(metadata), turns=[_turn(t) for t in turns]
         )
         return Call("POST", "/v1/turns", _model(AddTurnsResponse), body=body)
 
     @staticmethod
-    def search(user_id: str, query: str, k: int = 5) -> Call[SearchResponse]:
-        return Call("POST", "/v1/search", _model(SearchResponse), body=SearchRequest(user_id=user_id, query=query, k=k))
+    def search(user_id: str, query: str, k: int = 5, agent_id: str | None = None, run_id: str | None = None,
+               filters: Filters | Mapping[str, Any] | None = None,
+               threshold: float | None = None) -> Call[SearchResponse]:
+        body = SearchRequest(user_id=user_id, query=query, k=k, agent_id=agent_id, run_id=run_id,
+                             filters=None if filters is None else Filters.model_validate(filters),
+                             threshold=threshold)
+        return Call("POST", "/v1/search", _model(SearchResponse), body=body)
 
     @staticmethod
-    def ask(user_id: str, question: str, category: int | None = None) -> Call[AskResponse]:
-        body = AskRequest(user_id=user_id, question=question, category=category)
+    def ask(user_id: str, question: str, category: int | None = None, agent_id: str | None = None,
+            run_id: str | None = None) -> Call[AskResponse]:
+        body = AskRequest(user_id=user_id, question=question, category=category, agent_id=agent_id, run_id=run_id)
         return Call("POST", "/v1/ask", _model(AskResponse), body=body)
 
     @staticmethod
@@ -137,13 +154,38 @@ class _Calls:
         return Call("GET", f"/v1/memories/{_seg(memory_id)}", _model(Memory), params={"user_id": user_id})
 
     @staticmethod
-    def list_memories(user_id: str, offset: int = 0, limit: int = 50) -> Call[MemoryList]:
-        params = {"user_id": user_id, "offset": offset, "limit": limit}
+    def list_memories(user_id: str, offset: int = 0, limit: int = 50, agent_id: str | None = None,
+                      run_id: str | None = None, filters: Filters | Mapping[str, Any] | None = None
+                      ) -> Call[MemoryList]:
+        params: dict[str, Any] = {"user_id": user_id, "offset": offset, "limit": limit}
+        params.update(_scope(agent_id, run_id))
+        if filters is not None:
+            f = Filters.model_validate(filters)
+            if f.metadata:
+                params["metadata"] = json.dumps(f.metadata)
+            params.update({k: v.isoformat() for k, v in (("since", f.since), ("until", f.until)) if v is not None})
         return Call("GET", "/v1/memories", _model(MemoryList), params=params)
+
+    @staticmethod
+    def update_memory(user_id: str, memory_id: str, text: str,
+                      metadata: Mapping[str, Any] | None = None) -> Call[Memory]:
+        body = UpdateMemoryRequest(user_id=user_id, text=text, metadata=None if metadata is None else dict(metadata))
+        return Call("PUT", f"/v1/memories/{_seg(memory_id)}", _model(Memory), body=body)
+
+    @staticmethod
+    def memory_history(user_id: str, memory_id: str) -> Call[MemoryHistory]:
+        return Call("GET", f"/v1/memories/{_seg(memory_id)}/history", _model(MemoryHistory),
+                    params={"user_id": user_id})
 
     @staticmethod
     def delete_memory(user_id: str, memory_id: str) -> Call[Deleted]:
         return Call("DELETE", f"/v1/memories/{_seg(memory_id)}", _model(Deleted), params={"user_id": user_id})
+
+    @staticmethod
+    def delete_scope(user_id: str, agent_id: str | None = None, run_id: str | None = None) -> Call[Deleted]:
+        if agent_id is None and run_id is None:
+            raise ValueError("delete_scope needs agent_id or run_id (delete_user deletes a whole user)")
+        return Call("DELETE", "/v1/memories", _model(Deleted), params={"user_id": user_id, **_scope(agent_id, run_id)})
 
     @staticmethod
     def delete_user(user_id: str) -> Call[Deleted]:
@@ -197,29 +239,49 @@ class _Endpoints:
         turns: Iterable[TurnIn | Mapping[str, Any]],
         agent_id: str | None = None,
         session_id: str | None = None,
+        run_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ):
-        """Store turns (``TurnIn`` or dicts of its fields), in the order they were said → ``AddTurnsResponse``."""
-        return self._send(_Calls.add_turns(user_id, turns, agent_id, session_id))
+        """Store turns (``TurnIn`` or dicts of its fields), in the order they were said, in the scopes
+        ``agent_id`` / ``run_id``, with your ``metadata`` on each memory → ``AddTurnsResponse``."""
+        return self._send(_Calls.add_turns(user_id, turns, agent_id, session_id, run_id, metadata))
 
-    def search(self, user_id: str, query: str, k: int = 5):
-        """Top-k memories and the segments the router activates → ``SearchResponse``."""
-        return self._send(_Calls.search(user_id, query, k))
+    def search(self, user_id: str, query: str, k: int = 5, agent_id: str | None = None, run_id: str | None = None,
+               filters: Filters | Mapping[str, Any] | None = None, threshold: float | None = None):
+        """Top-k memories (in the scope, matching ``filters``: metadata / since / until, scoring at least
+        ``threshold``) and the segments the router activates → ``SearchResponse``."""
+        return self._send(_Calls.search(user_id, query, k, agent_id, run_id, filters, threshold))
 
-    def ask(self, user_id: str, question: str, category: int | None = None):
-        """Answer a question from the user's memory → ``AskResponse`` (answer, evidence, token bill)."""
-        return self._send(_Calls.ask(user_id, question, category))
+    def ask(self, user_id: str, question: str, category: int | None = None, agent_id: str | None = None,
+            run_id: str | None = None):
+        """Answer a question from the user's memory (of one agent / run) → ``AskResponse`` (answer, evidence,
+        token bill)."""
+        return self._send(_Calls.ask(user_id, question, category, agent_id, run_id))
 
     def get_memory(self, user_id: str, memory_id: str):
         """One memory → ``Memory``."""
         return self._send(_Calls.get_memory(user_id, memory_id))
 
-    def list_memories(self, user_id: str, offset: int = 0, limit: int = 50):
-        """A page of the user's memories → ``MemoryList``."""
-        return self._send(_Calls.list_memories(user_id, offset, limit))
+    def list_memories(self, user_id: str, offset: int = 0, limit: int = 50, agent_id: str | None = None,
+                      run_id: str | None = None, filters: Filters | Mapping[str, Any] | None = None):
+        """A page of the user's memories (in the scope, matching ``filters``) → ``MemoryList``."""
+        return self._send(_Calls.list_memories(user_id, offset, limit, agent_id, run_id, filters))
+
+    def update_memory(self, user_id: str, memory_id: str, text: str, metadata: Mapping[str, Any] | None = None):
+        """A new version of a memory's text (the old one stays in its history) → ``Memory``."""
+        return self._send(_Calls.update_memory(user_id, memory_id, text, metadata))
+
+    def memory_history(self, user_id: str, memory_id: str):
+        """A memory's versions, oldest first → ``MemoryHistory``."""
+        return self._send(_Calls.memory_history(user_id, memory_id))
 
     def delete_memory(self, user_id: str, memory_id: str):
         """Forget one memory → ``Deleted``."""
         return self._send(_Calls.delete_memory(user_id, memory_id))
+
+    def delete_scope(self, user_id: str, agent_id: str | None = None, run_id: str | None = None):
+        """Forget every memory and raw turn of an agent and/or a run → ``Deleted``."""
+        return self._send(_Calls.delete_scope(user_id, agent_id, run_id))
 
     def delete_user(self, user_id: str):
         """Forget everything about a user → ``Deleted``."""

@@ -10,15 +10,19 @@ tenant operations (``actors/tenant_ops.py``). This module validates requests, ch
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 import numpy as np
 from fastapi import FastAPI, Query, Request, Response, Security
+from pydantic import ValidationError
 from ray import serve
 
 from actors.read_path import ReadPath
+from actors.scope import MemoryFilter, Scope, event_time
 from actors.summariser import Summariser
 from actors.tenant_episodes import RouteResult
 from actors.tenant_export import InvalidExport, parse_import
@@ -146,8 +150,8 @@ class MemoryAPI:
         authorize(key, req.user_id)
         async with self.summariser.writing():
             turns = turn_records(req.turns, datetime.now(UTC), self.config.episodic.ground_dates)
-            report = await self.writes.add_turns(req.user_id, turns, agent_id=req.agent_id,
-                                                 session_id=req.session_id)
+            report = await self.writes.add_turns(req.user_id, turns, agent_id=req.agent_id, run_id=req.run_id,
+                                                 session_id=req.session_id, metadata=req.metadata)
         if self.config.cluster.summaries:
             self.summariser.queue(req.user_id, report.closed)
         for d in report.decisions:
@@ -168,11 +172,13 @@ class MemoryAPI:
     async def search(self, req: s.SearchRequest,
                      key: ApiKey | None = Security(API_KEY)) -> s.SearchResponse:
         authorize(key, req.user_id)
+        f = req.filters or s.Filters()
+        where = MemoryFilter(Scope(req.agent_id, req.run_id), f.metadata, f.since, f.until)
         q = (await self._embed([req.query], is_query=True))[0]
-        hits, route = await self.reads.search(req.user_id, req.query, q, req.k)
+        hits, route = await self.reads.search(req.user_id, req.query, q, req.k, where, req.threshold)
         memories = [s.MemoryHit(id=str(h.id), text=h.text, score=h.score, similarity=h.similarity, tier=h.tier,
                                 path="l1" if h.tier == "l1" else "gate", importance=h.importance,
-                                metadata=h.metadata or {}) for h in hits]
+                                **_scope_fields(h.metadata), metadata=h.metadata or {}) for h in hits]
         return s.SearchResponse(user_id=req.user_id, memories=memories, segments=_segment_hits(route))
 
     @app.post("/v1/ask", response_model=s.AskResponse, summary="Answer a question from episodic evidence")
@@ -180,7 +186,8 @@ class MemoryAPI:
                   key: ApiKey | None = Security(API_KEY)) -> s.AskResponse:
         authorize(key, req.user_id)
         q = (await self._embed([req.question], is_query=True))[0]
-        result = await self.reads.ask(req.user_id, req.question, q, category=req.category)
+        result = await self.reads.ask(req.user_id, req.question, q, category=req.category,
+                                      scope=Scope(req.agent_id, req.run_id))
         answer, bill = result.answer, result.assistant_bill
         _count_tokens("assistants", bill)
         _count_tokens("master", answer.bill)
@@ -196,12 +203,55 @@ class MemoryAPI:
     # -- memories ----------------------------------------------------------------------------
     @app.get("/v1/memories", response_model=s.MemoryList, summary="List a user's memories")
     async def list_memories(self, user_id: s.Identifier, offset: int = Query(0, ge=0, le=10_000_000),
-                            limit: int = Query(50, ge=1, le=1000),
+                            limit: int = Query(50, ge=1, le=1000), agent_id: s.Identifier | None = None,
+                            run_id: s.Identifier | None = None, since: datetime | None = None,
+                            until: datetime | None = None,
+                            metadata: str | None = Query(None, max_length=8192, description=(
+                                'Equality on metadata keys, a JSON object, e.g. {"type": "fact"}.')),
                             key: ApiKey | None = Security(API_KEY)) -> s.MemoryList:
         authorize(key, user_id)
-        items, total = await self.ops.list_memories(user_id, offset, limit)
+        where = _query_filter(agent_id, run_id, since, until, metadata)
+        items, total = await self.ops.list_memories(user_id, offset, limit, where)
         return s.MemoryList(user_id=user_id, memories=[_memory(m) for m in items], total=total, offset=offset,
                             limit=limit)
+
+    @app.delete("/v1/memories", response_model=s.Deleted, summary="Delete an agent's or a run's memories",
+                responses={400: {"model": s.ErrorBody}})
+    async def delete_scope(self, user_id: s.Identifier, agent_id: s.Identifier | None = None,
+                           run_id: s.Identifier | None = None,
+                           key: ApiKey | None = Security(API_KEY)) -> s.Deleted:
+        """Every memory and raw turn of the user written with this ``agent_id`` and/or ``run_id``
+        (``DELETE /v1/users/{user_id}`` deletes a whole user)."""
+        authorize(key, user_id)
+        scope = Scope(agent_id, run_id)
+        if scope.empty:
+            raise InvalidRequestError("name agent_id or run_id (DELETE /v1/users/{user_id} deletes a whole user)",
+                                      param="agent_id", code="scope_required")
+        gone = await self.ops.delete_scope(user_id, scope)
+        return s.Deleted(user_id=user_id, memories=gone.memories, turns=gone.turns)
+
+    @app.get("/v1/memories/{memory_id:path}/history", response_model=s.MemoryHistory,
+             summary="A memory's versions, oldest first", responses={404: {"model": s.ErrorBody}})
+    async def memory_history(self, memory_id: str, user_id: s.Identifier,
+                             key: ApiKey | None = Security(API_KEY)) -> s.MemoryHistory:
+        authorize(key, user_id)
+        m, versions = await self.ops.history(user_id, memory_id)
+        return s.MemoryHistory(
+            user_id=user_id, memory_id=m.id, supersedes=m.metadata.get("supersedes"),
+            superseded_by=m.metadata.get("superseded_by"),
+            versions=[s.MemoryVersion(version=v["version"], text=v["text"], at=datetime.fromtimestamp(v["at"], UTC),
+                                      event=v["event"]) for v in versions])
+
+    @app.put("/v1/memories/{memory_id:path}", response_model=s.Memory, summary="Change a memory's text",
+             responses={404: {"model": s.ErrorBody}})
+    async def update_memory(self, memory_id: str, req: s.UpdateMemoryRequest,
+                            key: ApiKey | None = Security(API_KEY)) -> s.Memory:
+        """A new version of the memory (embedded again; its history keeps the old text). The episodic segments
+        keep the turn as it was said."""
+        authorize(key, req.user_id)
+        vector = (await self._embed([req.text]))[0]
+        m = await self.ops.update_memory(req.user_id, memory_id, req.text, vector, time.time(), req.metadata)
+        return _memory(m)
 
     @app.get("/v1/memories/{memory_id:path}", response_model=s.Memory, summary="One memory",
              responses={404: {"model": s.ErrorBody}})
@@ -271,6 +321,29 @@ class MemoryAPI:
         return Response(METRICS.render(), media_type="text/plain; version=0.0.4")
 
 
+def _scope_fields(metadata: dict[str, Any] | None) -> dict[str, Any]:
+    meta = metadata or {}
+    return {"agent_id": meta.get("agent_id"), "run_id": meta.get("run_id"), "event_time": event_time(meta)}
+
+
+def _query_filter(agent_id: str | None, run_id: str | None, since: datetime | None, until: datetime | None,
+                  metadata: str | None) -> MemoryFilter:
+    """``GET /v1/memories``' query parameters as a filter; 400 for metadata that is not a JSON object of
+    scalars, or a time range that ends before it starts."""
+    try:
+        raw = json.loads(metadata) if metadata else {}
+        f = s.Filters(metadata=raw, since=since, until=until)
+    except ValidationError as e:
+        why = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'filter'}: {err['msg']}" for err in e.errors())
+        raise InvalidRequestError(f"bad filter: {why}", param="metadata" if metadata else "since",
+                                  code="invalid_filter") from None
+    except ValueError:  # not JSON at all
+        raise InvalidRequestError('metadata must be a JSON object, e.g. {"type": "fact"}', param="metadata",
+                                  code="invalid_filter") from None
+    return MemoryFilter(Scope(agent_id, run_id), f.metadata, f.since, f.until)
+
+
 def _memory(m: Any) -> s.Memory:
     return s.Memory(id=m.id, text=m.text, tier=m.tier, importance=m.importance, type=m.metadata.get("type"),
-                    created_at=m.created_at, metadata=m.metadata)
+                    created_at=m.created_at, updated_at=m.metadata.get("updated_at"), **_scope_fields(m.metadata),
+                    metadata=m.metadata)
