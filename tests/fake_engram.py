@@ -28,14 +28,17 @@ from serve.schemas import (
     Health,
     Imported,
     Memory,
+    MemoryHistory,
     MemoryHit,
     MemoryList,
+    MemoryVersion,
     SearchRequest,
     SearchResponse,
     TokenBillOut,
     TokenCount,
     TurnIn,
     TurnResult,
+    UpdateMemoryRequest,
 )
 
 
@@ -59,6 +62,7 @@ class FakeEngram:
     requests: list[httpx.Request] = field(default_factory=list)
     turns: dict[str, dict[str, TurnIn]] = field(default_factory=dict)
     memories: dict[str, dict[str, Memory]] = field(default_factory=dict)
+    versions: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (user, memory) -> texts, oldest first
     fail_metrics: bool = False
 
     def transport(self) -> httpx.MockTransport:
@@ -82,7 +86,14 @@ class FakeEngram:
                 case "POST", ["v1", "ask"]:
                     return self._ask(AskRequest.model_validate_json(request.content))
                 case "GET", ["v1", "memories"]:
-                    return self._list(query["user_id"], int(query.get("offset", 0)), int(query.get("limit", 50)))
+                    return self._list(query["user_id"], int(query.get("offset", 0)), int(query.get("limit", 50)),
+                                      query)
+                case "DELETE", ["v1", "memories"]:
+                    return self._delete_scope(query)
+                case "GET", ["v1", "memories", memory_id, "history"]:
+                    return self._history(query["user_id"], memory_id)
+                case "PUT", ["v1", "memories", memory_id]:
+                    return self._update(memory_id, UpdateMemoryRequest.model_validate_json(request.content))
                 case "GET", ["v1", "memories", memory_id]:
                     return _ok(self._memory(query["user_id"], memory_id))
                 case "DELETE", ["v1", "memories", memory_id]:
@@ -131,7 +142,8 @@ class FakeEngram:
             if admitted:
                 self.memories.setdefault(body.user_id, {})[turn_id] = Memory(
                     id=turn_id, text=turn.text, tier="l1", importance=0.5, type="fact", created_at=1.0,
-                    metadata={"speaker": turn.speaker},
+                    agent_id=body.agent_id, run_id=body.run_id,
+                    metadata={"speaker": turn.speaker, **(body.metadata or {})},
                 )
             results.append(TurnResult(id=turn_id, admitted=admitted, type="fact", p_add=0.9 if admitted else 0.1))
         admitted = sum(r.admitted for r in results)
@@ -173,10 +185,40 @@ class FakeEngram:
         except KeyError:
             raise _NotFound(f"no memory {memory_id!r} for user {user_id!r}") from None
 
-    def _list(self, user_id: str, offset: int, limit: int) -> httpx.Response:
-        items = list(self.memories.get(user_id, {}).values())
+    def _in_scope(self, m: Memory, query: dict[str, str]) -> bool:
+        wanted = json.loads(query.get("metadata", "{}"))
+        return (all(query.get(k) in (None, getattr(m, k)) for k in ("agent_id", "run_id"))
+                and all(m.metadata.get(k) == v for k, v in wanted.items()))
+
+    def _list(self, user_id: str, offset: int, limit: int, query: dict[str, str]) -> httpx.Response:
+        items = [m for m in self.memories.get(user_id, {}).values() if self._in_scope(m, query)]
         page = items[offset : offset + limit]
         return _ok(MemoryList(user_id=user_id, memories=page, total=len(items), offset=offset, limit=limit))
+
+
+    def _delete_scope(self, query: dict[str, str]) -> httpx.Response:
+        if "agent_id" not in query and "run_id" not in query:
+            return _error(400, "invalid_request_error", "name agent_id or run_id", param="agent_id")
+        mine = self.memories.get(query["user_id"], {})
+        gone = [i for i, m in mine.items() if self._in_scope(m, query)]
+        for i in gone:
+            del mine[i]
+        return _ok(Deleted(user_id=query["user_id"], memories=len(gone), turns=len(gone)))
+
+    def _update(self, memory_id: str, req: UpdateMemoryRequest) -> httpx.Response:
+        old = self._memory(req.user_id, memory_id)
+        self.versions.setdefault((req.user_id, memory_id), [old.text]).append(req.text)
+        new = old.model_copy(update={"text": req.text, "updated_at": 2.0,
+                                     "metadata": {**old.metadata, **(req.metadata or {})}})
+        self.memories[req.user_id][memory_id] = new
+        return _ok(new)
+
+    def _history(self, user_id: str, memory_id: str) -> httpx.Response:
+        m = self._memory(user_id, memory_id)
+        texts = self.versions.get((user_id, memory_id), [m.text])
+        return _ok(MemoryHistory(user_id=user_id, memory_id=memory_id, versions=[
+            MemoryVersion(version=n, text=t, at=datetime(2024, 1, n, tzinfo=UTC), event="ADD" if n == 1 else "UPDATE")
+            for n, t in enumerate(texts, 1)]))
 
 
 class _NotFound(Exception):

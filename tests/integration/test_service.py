@@ -118,6 +118,17 @@ def test_tenants_do_not_see_each_other(ingested, client):
     ("delete", "/v1/memories/no-such-id?user_id=" + USER, None, 404, "memory_id"),
     ("get", "/v1/memories", None, 422, "user_id"),
     ("get", "/v1/nowhere", None, 404, None),
+    ("post", "/v1/turns", {"user_id": "u", "metadata": {"speaker": "x"}, "turns": [{"speaker": "a", "text": "b"}]},
+     422, "metadata"),
+    ("post", "/v1/search", {"user_id": "u", "query": "q", "filters": {"since": "2024-01-02", "until": "2024-01-01"}},
+     422, "filters"),
+    ("post", "/v1/search", {"user_id": "u", "query": "q", "filters": {"agent_id": "a"}}, 422, "filters.agent_id"),
+    ("get", "/v1/memories?user_id=u&metadata=not-json", None, 400, "metadata"),
+    ("get", "/v1/memories?user_id=u&since=2024-01-02&until=2024-01-01", None, 400, "since"),
+    ("delete", "/v1/memories?user_id=u", None, 400, "agent_id"),
+    ("put", "/v1/memories/no-such-id", {"user_id": "u", "text": "x"}, 404, "memory_id"),
+    ("put", "/v1/memories/no-such-id", {"user_id": "u"}, 422, "text"),
+    ("get", "/v1/memories/no-such-id/history?user_id=u", None, 404, "memory_id"),
 ])
 def test_bad_requests_get_4xx_with_an_error_body_and_change_nothing(ingested, client, method, path, body, status,
                                                                     param):
@@ -208,3 +219,67 @@ def test_a_repeat_is_a_noop_pointing_at_the_memory_and_an_update_supersedes_the_
     assert set(memories) == {"ny", "chat", "bos", "other"}  # the old fact stays, as history
     assert memories["ny"]["metadata"]["superseded_by"] == "bos" and memories["bos"]["metadata"]["supersedes"] == "ny"
     assert client.delete("/v1/users/mover").status_code == 200
+
+
+def test_scopes_filters_updates_and_history_over_http(client):
+    """agent_id / run_id scope every read; filters and a threshold narrow a search; PUT keeps the old text as
+    history; DELETE /v1/memories removes one scope and nothing else."""
+    def post(agent, run, turns, **extra):
+        r = client.post("/v1/turns", json={"user_id": "scoped", "agent_id": agent, "run_id": run, **extra,
+                                           "turns": turns})
+        assert r.status_code == 200, r.text
+
+    post("coach", "r1", [{"id": "c1", "speaker": "Ann", "text": "My marathon training starts in June.",
+                          "timestamp": "2023-05-08T10:00:00"},
+                         {"id": "c2", "speaker": "Ann", "text": "I run ten kilometres every Sunday.",
+                          "timestamp": "2023-05-09T10:00:00"}], metadata={"project": "fitness"})
+    post("chef", "r2", [{"id": "f1", "speaker": "Ann", "text": "My favourite dish is mushroom risotto.",
+                         "timestamp": "2024-02-01T10:00:00"},
+                        {"id": "f2", "speaker": "Ann", "text": "I run a small supper club on Sundays.",
+                         "timestamp": "2024-02-02T10:00:00"}])
+
+    def search(**body):
+        r = client.post("/v1/search", json={"user_id": "scoped", "query": "What does Ann do on Sundays?", "k": 10,
+                                            **body})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    assert {m["id"] for m in search()["memories"]} == {"c1", "c2", "f1", "f2"}
+    coach = search(agent_id="coach")
+    assert {m["id"] for m in coach["memories"]} == {"c1", "c2"}
+    assert all(m["agent_id"] == "coach" and m["run_id"] == "r1" for m in coach["memories"])
+    assert {t for seg in coach["segments"] for t in seg["turn_ids"]} <= {"c1", "c2"}
+    assert {m["id"] for m in search(filters={"metadata": {"project": "fitness"}})["memories"]} == {"c1", "c2"}
+    assert {m["id"] for m in search(filters={"since": "2024-01-01T00:00:00Z"})["memories"]} == {"f1", "f2"}
+    assert search(run_id="r2", agent_id="coach")["memories"] == []
+    every = search()["memories"]
+    cut = max(m["score"] for m in every)
+    assert [m["score"] >= cut for m in search(threshold=cut)["memories"]] == [True]
+
+    r = client.post("/v1/ask", json={"user_id": "scoped", "question": "What does Ann do on Sundays?",
+                                     "agent_id": "chef"})
+    assert r.status_code == 200, r.text
+    assert {e["turn_id"] for e in r.json()["evidence"]} <= {"f1", "f2"}
+
+    listed = client.get("/v1/memories", params={"user_id": "scoped", "run_id": "r1",
+                                                "metadata": '{"speaker": "Ann"}', "until": "2023-05-09T00:00:00"})
+    assert [m["id"] for m in listed.json()["memories"]] == ["c1"] and listed.json()["total"] == 1
+    assert listed.json()["memories"][0]["event_time"].startswith("2023-05-08T10:00:00")
+
+    r = client.put("/v1/memories/c2", json={"user_id": "scoped", "text": "I run twelve kilometres every Sunday."})
+    assert r.status_code == 200, r.text
+    assert r.json()["text"].startswith("I run twelve") and r.json()["updated_at"] and r.json()["agent_id"] == "coach"
+    history = client.get("/v1/memories/c2/history", params={"user_id": "scoped"}).json()
+    assert [(v["version"], v["event"], v["text"][:12]) for v in history["versions"]] == [
+        (1, "ADD", "I run ten ki"), (2, "UPDATE", "I run twelve")]
+    top = search(query="twelve kilometres", agent_id="coach")["memories"][0]
+    assert top["id"] == "c2" and top["text"].startswith("I run twelve")
+
+    r = client.delete("/v1/memories", params={"user_id": "scoped", "agent_id": "coach"})
+    assert r.status_code == 200, r.text
+    assert r.json()["memories"] == 2 and r.json()["turns"] >= 2
+    assert {m["id"] for m in search()["memories"]} == {"f1", "f2"}
+    paths = client.get("/openapi.json").json()["paths"]
+    assert set(paths["/v1/memories/{memory_id}"]) == {"get", "put", "delete"}
+    assert set(paths["/v1/memories/{memory_id}/history"]) == {"get"} and set(paths["/v1/memories"]) == {"get", "delete"}
+    assert client.delete("/v1/users/scoped").status_code == 200

@@ -325,3 +325,29 @@ def test_keys_errors_bad_tenant_no_scope_corrupt_file(tmp_path, capsys) -> None:
     keys_file.write_text("{oops")
     assert cli.main(["keys", "create", "--admin", "--keys-file", str(keys_file)]) == 1
     assert str(keys_file) in capsys.readouterr().err and keys_file.read_text() == "{oops"
+
+
+def test_scoped_memories_update_history_and_scope_forget(fake, capsys) -> None:
+    from cluster.client import EngramClient
+
+    with EngramClient("http://engram.test", transport=fake.transport()) as c:
+        c.add_turns("ann", [{"id": "m1", "speaker": "ann", "text": "I live in New York"}], agent_id="coach")
+        c.add_turns("ann", [{"id": "m2", "speaker": "ann", "text": "I like tea"}], agent_id="chef", run_id="r9")
+    assert run(fake, "memories", "ann", "--agent", "chef", "--where", "speaker=ann") == 0
+    out = capsys.readouterr().out
+    assert "1 of 1 memories" in out and "m2" in out
+    assert dict(fake.requests[-1].url.params)["metadata"] == '{"speaker": "ann"}'
+
+    assert run(fake, "update", "ann", "m1", "I live in Boston") == 0
+    assert "m1: I live in Boston" in capsys.readouterr().out
+    assert run(fake, "history", "ann", "m1") == 0
+    out = capsys.readouterr().out
+    assert "2 version(s)" in out and "v1" in out and "I live in New York" in out and "UPDATE  I live in Boston" in out
+
+    assert run(fake, "forget", "ann") == 2 and "not both" in capsys.readouterr().err
+    assert run(fake, "forget", "ann", "m1", "--run", "r9") == 2
+    assert run(fake, "forget", "ann", "--run", "r9") == 0
+    assert "deleted 1 memories" in capsys.readouterr().out
+    assert list(fake.memories["ann"]) == ["m1"]
+    assert run(fake, "ask", "ann", "Boston?", "--agent", "coach") == 0
+    assert json.loads(fake.requests[-1].content)["agent_id"] == "coach"

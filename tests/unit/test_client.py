@@ -160,3 +160,44 @@ def test_async_client_sends_the_same_requests(fake: FakeEngram) -> None:
     assert json.loads(fake.requests[3].content) == {"user_id": ODD_USER, "question": "tea?"}
     with pytest.raises(RuntimeError):
         asyncio.run(closed.health())
+
+
+def test_scopes_filters_updates_and_history_reach_the_api(fake: FakeEngram, client: EngramClient) -> None:
+    client.add_turns("ann", [{"id": "m1", "speaker": "ann", "text": "I live in New York"}], agent_id="coach",
+                     run_id="r1", metadata={"project": "move"})
+    client.add_turns("ann", [{"id": "m2", "speaker": "ann", "text": "I like tea"}], agent_id="chef")
+    body = json.loads(fake.requests[0].content)
+    assert (body["agent_id"], body["run_id"], body["metadata"]) == ("coach", "r1", {"project": "move"})
+
+    client.search("ann", "tea", k=3, agent_id="chef", filters={"metadata": {"type": "fact"},
+                                                                "since": datetime(2023, 5, 1)}, threshold=0.2)
+    body = json.loads(fake.requests[-1].content)
+    assert body["agent_id"] == "chef" and body["threshold"] == 0.2
+    assert body["filters"] == {"metadata": {"type": "fact"}, "since": "2023-05-01T00:00:00"}
+    client.ask("ann", "where?", run_id="r1")
+    assert json.loads(fake.requests[-1].content) == {"user_id": "ann", "question": "where?", "run_id": "r1"}
+
+    page = client.list_memories("ann", agent_id="coach", filters={"metadata": {"project": "move"}})
+    assert [m.id for m in page.memories] == ["m1"]
+    assert dict(fake.requests[-1].url.params) == {"user_id": "ann", "offset": "0", "limit": "50", "agent_id": "coach",
+                                                   "metadata": '{"project": "move"}'}
+
+    assert client.update_memory("ann", "m1", "I live in Boston").text == "I live in Boston"
+    assert fake.requests[-1].method == "PUT" and json.loads(fake.requests[-1].content) == {
+        "user_id": "ann", "text": "I live in Boston"}
+    history = client.memory_history("ann", "m1")
+    assert [v.text for v in history.versions] == ["I live in New York", "I live in Boston"]
+    assert fake.requests[-1].url.raw_path.decode() == "/v1/memories/m1/history?user_id=ann"
+
+    assert client.delete_scope("ann", agent_id="coach").memories == 1
+    assert fake.requests[-1].method == "DELETE" and fake.requests[-1].url.raw_path.decode() == (
+        "/v1/memories?user_id=ann&agent_id=coach")
+    assert [m.id for m in client.list_memories("ann").memories] == ["m2"]
+    sent = len(fake.requests)
+    with pytest.raises(ValueError, match="agent_id or run_id"):
+        client.delete_scope("ann")
+    with pytest.raises(ValidationError):  # the service's own keys are refused before sending
+        client.add_turns("ann", [{"speaker": "ann", "text": "x"}], metadata={"speaker": "bob"})
+    with pytest.raises(ValidationError):
+        client.search("ann", "x", filters={"since": "2024-01-02", "until": "2024-01-01"})
+    assert len(fake.requests) == sent
