@@ -20,6 +20,7 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +32,7 @@ from actors.tenant_episodes import RouteResult
 from actors.tiered_memory import Hit
 from core.evidence import Evidence
 from core.generation import TokenBill
+from core.tracing import annotate, span, text
 
 # (question, evidence in routing order, category or None, adversarial answer or None) -> the master's answer
 AnswerStep = Callable[[str, Sequence[Evidence], int | None, str | None], Awaitable[MasterAnswer]]
@@ -62,9 +64,16 @@ class ReadPath:
         self.shards, self.master, self.ask_timeout_s = shards, master, ask_timeout_s
 
     async def route(self, tenant: str, question: str, vector: np.ndarray, scope: Scope | None = None) -> RouteResult:
-        if scope is None or scope.empty:
-            return await router(self.shards, tenant).route(tenant, question, vector)
-        return await router(self.shards, tenant).route(tenant, question, vector, scope)
+        with span("router.route", core=self.shards.router_index(tenant)) as sp:
+            text(sp, question=question)
+            if scope is None or scope.empty:
+                route = await router(self.shards, tenant).route(tenant, question, vector)
+            else:
+                route = await router(self.shards, tenant).route(tenant, question, vector, scope)
+            annotate(sp, segment_ids=[a.segment_id for a in route.activations],
+                     open_segment=None if route.open_segment is None else route.open_segment.id,
+                     scoped_turns=None if route.allowed is None else len(route.allowed))
+            return route
 
     async def extract(self, tenant: str, question: str, route: RouteResult) -> tuple[list[Evidence], TokenBill]:
         """The assistants' evidence for the routed segments (in routing order), then the open segment's (a scoped
@@ -73,13 +82,23 @@ class ReadPath:
         for rank, a in enumerate(route.activations):
             groups[self.shards.assistant_index(tenant, a.segment_id)].append(rank)
         wait = self.ask_timeout_s
-        calls = [assistants(self.shards, i).extract(
+
+        async def read(i: int, segment_ids: list[int], call: Awaitable[tuple[Any, TokenBill]]) -> tuple[Any, TokenBill]:
+            with span("assistants.extract", core=i, segment_ids=segment_ids) as sp:
+                found, bill = await call
+                lines = [e for group in found for e in group]
+                annotate(sp, evidence_turn_ids=[e.turn_id for e in lines], prompt_tokens=bill.prompt_tokens,
+                         completion_tokens=bill.completion_tokens, model_calls=bill.calls)
+                return found, bill
+
+        calls = [read(i, [route.activations[r].segment_id for r in ranks], assistants(self.shards, i).extract(
                      tenant, [SegmentQuery(a.segment_id, question, a.line_scores)
-                              for a in (route.activations[r] for r in ranks)], route.allowed, timeout=wait)
+                              for a in (route.activations[r] for r in ranks)], route.allowed, timeout=wait))
                  for i, ranks in groups.items()]
         if route.open_segment is not None:
             i = self.shards.assistant_index(tenant, route.open_segment.id)
-            calls.append(assistants(self.shards, i).extract_from([route.open_segment], question, timeout=wait))
+            calls.append(read(i, [route.open_segment.id],
+                              assistants(self.shards, i).extract_from([route.open_segment], question, timeout=wait)))
         results = list(await asyncio.gather(*calls))
         open_found, bill = results.pop() if route.open_segment is not None else ([], TokenBill())
         by_rank: dict[int, list[Evidence]] = {}
@@ -96,12 +115,23 @@ class ReadPath:
         ``scope``: answer from the turns of that agent / run only."""
         route = await self.route(tenant, question, vector, scope)
         evidence, bill = await self.extract(tenant, question, route)
-        answer = await self.master(question, evidence, category, adversarial)
+        with span("master.answer", evidence_offered=len(evidence), category=category) as sp:
+            answer = await self.master(question, evidence, category, adversarial)
+            annotate(sp, evidence_turn_ids=[e.turn_id for e in answer.evidence], model_calls=answer.bill.calls,
+                     prompt_tokens=answer.bill.prompt_tokens, completion_tokens=answer.bill.completion_tokens)
+            text(sp, answer=answer.text)
         return AskResult(route, answer, bill)
 
     async def search(self, tenant: str, query: str, vector: np.ndarray, k: int, where: MemoryFilter | None = None,
                      threshold: float | None = None) -> tuple[list[Hit], RouteResult]:
         """Tier memories and routed segments for a query; no model call. ``where`` filters the memories (and its
         scope the segments); ``threshold``: the memories' minimum score."""
-        hits = tier(self.shards, tenant).search(tenant, query, vector, k, where, threshold)
-        return await asyncio.gather(hits, self.route(tenant, query, vector, None if where is None else where.scope))
+        async def memories() -> list[Hit]:
+            with span("tier.search", core=self.shards.tier_index(tenant), k=k, filtered=where is not None and
+                      not where.empty, threshold=threshold) as sp:
+                hits = await tier(self.shards, tenant).search(tenant, query, vector, k, where, threshold)
+                annotate(sp, memory_ids=[str(h.id) for h in hits])
+                return hits
+
+        return await asyncio.gather(memories(), self.route(tenant, query, vector,
+                                                           None if where is None else where.scope))

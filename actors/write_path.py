@@ -29,6 +29,7 @@ from actors.tenant_episodes import TurnRecord
 from actors.time_expressions import anchor_of
 from core.config import EngramConfig
 from core.errors import ConflictError
+from core.tracing import annotate, span
 
 Embed = Callable[[list[str]], Awaitable[np.ndarray]]  # stored texts -> unit rows
 Classify = Callable[[list[np.ndarray]], Awaitable[list[Decision]]]  # admission chunks -> decisions
@@ -119,9 +120,11 @@ class WritePath:
             {**(metadata or {}), "speaker": turns[i].speaker, "timestamp": turns[i].timestamp.isoformat(),
              "date_time": turns[i].date_time, "type": decisions[i].content_type, "agent_id": agent_id,
              "run_id": run_id, "session_id": session_id} for i in keep]
-        report = await tier(self.shards, tenant).add(
-            tenant, [ids[i] for i in keep], [turns[i].text for i in keep], vectors[keep],
-            [d.p_add if d.p_add is not None else 0.5 for d in (decisions[i] for i in keep)], meta, time.time())
+        with span("tier.add", core=self.shards.tier_index(tenant), offered=len(keep)) as sp:
+            report = await tier(self.shards, tenant).add(
+                tenant, [ids[i] for i in keep], [turns[i].text for i in keep], vectors[keep],
+                [d.p_add if d.p_add is not None else 0.5 for d in (decisions[i] for i in keep)], meta, time.time())
+            annotate(sp, stored=report.stored, evicted=report.evicted)
         # NOTE: the tier shard's dedup (actors/write_links.py) turns a duplicate into a NOOP that points at the
         # memory it repeats; the episodic stream then leaves it out like any other NOOP.
         links: list[dict[str, Any] | None] = [None] * len(turns)
@@ -130,17 +133,24 @@ class WritePath:
             if link is not None and link["kind"] == "duplicate":
                 decisions[i] = replace(decisions[i], op="NOOP")
         stream = router(self.shards, tenant)
-        closed = await stream.append(tenant, turns, vectors, [d.op == "ADD" for d in decisions])
+        with span("router.append", core=self.shards.router_index(tenant), turns=len(turns)) as sp:
+            closed = await stream.append(tenant, turns, vectors, [d.op == "ADD" for d in decisions])
+            annotate(sp, segments_closed=[seg.id for seg in closed])
         groups: dict[int, list[Segment]] = defaultdict(list)
         for seg in closed:
             groups[self.shards.assistant_index(tenant, seg.id)].append(seg)
         if closed:
-            await asyncio.gather(*(assistants(self.shards, i).add(tenant, segs) for i, segs in groups.items()))
-            await stream.delivered(tenant, [seg.id for seg in closed])
+            with span("assistants.add", cores=sorted(groups), segment_ids=[seg.id for seg in closed]):
+                await asyncio.gather(*(assistants(self.shards, i).add(tenant, segs) for i, segs in groups.items()))
+                await stream.delivered(tenant, [seg.id for seg in closed])
         return WriteReport(ids, decisions, dict(groups), report.evicted, links)
 
     async def _admit(self, tenant: str, turns: Sequence[TurnRecord], vectors: np.ndarray) -> list[Decision]:
-        if self.classify is None:  # admission.mode == store_all
-            return [Decision("ADD", content_type_rule(t.text), None) for t in turns]
-        context = await router(self.shards, tenant).context(tenant)
-        return await self.classify(admission_chunks(context, vectors, self.config.admission.max_turns))
+        with span("admission", mode=self.config.admission.mode, turns=len(turns)) as sp:
+            if self.classify is None:  # admission.mode == store_all
+                decisions = [Decision("ADD", content_type_rule(t.text), None) for t in turns]
+            else:
+                context = await router(self.shards, tenant).context(tenant)
+                decisions = await self.classify(admission_chunks(context, vectors, self.config.admission.max_turns))
+            annotate(sp, added=sum(d.op == "ADD" for d in decisions))
+            return decisions

@@ -28,6 +28,7 @@ from actors.tenant_episodes import RouteResult
 from actors.tenant_export import InvalidExport, parse_import
 from actors.tenant_ops import TenantOps
 from actors.write_path import WritePath, turn_records
+from core import tracing
 from core.config import EngramConfig
 from core.errors import InvalidRequestError, PayloadTooLargeError
 from core.generation import TokenBill
@@ -95,6 +96,7 @@ class MemoryAPI:
     def __init__(self, config: dict[str, Any], embedder: Any, master: Any, admission: Any | None,
                  llm: Any = None) -> None:
         self.config = EngramConfig.model_validate(config)
+        tracing.configure(self.config.tracing)
         self.embedder, self.master, self.admission, self.llm = embedder, master, admission, llm
         self.app_name = serve.get_replica_context().app_name
         self._topology: Topology | None = None
@@ -133,12 +135,15 @@ class MemoryAPI:
         return self._topology
 
     async def _embed(self, texts: list[str], is_query: bool = False) -> np.ndarray:
-        if is_query and self._query_embedder is not None:
-            return await self._query_embedder.embed(texts)
-        return await self.embedder.encode.remote(texts, is_query)
+        local = is_query and self._query_embedder is not None
+        with tracing.span("embed", texts=len(texts), query=is_query, where="ingress" if local else "embedder"):
+            if local:
+                return await self._query_embedder.embed(texts)
+            return await self.embedder.encode.remote(texts, is_query)
 
     async def _classify(self, chunks: list[np.ndarray]) -> list:
-        return await self.admission.classify.remote(chunks)
+        with tracing.span("admission.classify", chunks=len(chunks)):
+            return await self.admission.classify.remote(chunks)
 
     async def _answer(self, question: str, evidence: list, category: int | None, adversarial: str | None) -> Any:
         return await self.master.answer.remote(question, list(evidence), category, adversarial)
@@ -150,8 +155,11 @@ class MemoryAPI:
         authorize(key, req.user_id)
         async with self.summariser.writing():
             turns = turn_records(req.turns, datetime.now(UTC), self.config.episodic.ground_dates)
-            report = await self.writes.add_turns(req.user_id, turns, agent_id=req.agent_id, run_id=req.run_id,
-                                                 session_id=req.session_id, metadata=req.metadata)
+            with tracing.span("POST /v1/turns", user_id=req.user_id, turns=len(turns), agent_id=req.agent_id,
+                              run_id=req.run_id) as sp:
+                report = await self.writes.add_turns(req.user_id, turns, agent_id=req.agent_id, run_id=req.run_id,
+                                                     session_id=req.session_id, metadata=req.metadata)
+                tracing.annotate(sp, admitted=sum(report.admitted), segments_closed=report.segments_closed)
         if self.config.cluster.summaries:
             self.summariser.queue(req.user_id, report.closed)
         for d in report.decisions:
@@ -174,8 +182,11 @@ class MemoryAPI:
         authorize(key, req.user_id)
         f = req.filters or s.Filters()
         where = MemoryFilter(Scope(req.agent_id, req.run_id), f.metadata, f.since, f.until)
-        q = (await self._embed([req.query], is_query=True))[0]
-        hits, route = await self.reads.search(req.user_id, req.query, q, req.k, where, req.threshold)
+        with tracing.span("POST /v1/search", user_id=req.user_id, k=req.k, agent_id=req.agent_id,
+                          run_id=req.run_id) as sp:
+            tracing.text(sp, query=req.query)
+            q = (await self._embed([req.query], is_query=True))[0]
+            hits, route = await self.reads.search(req.user_id, req.query, q, req.k, where, req.threshold)
         memories = [s.MemoryHit(id=str(h.id), text=h.text, score=h.score, similarity=h.similarity, tier=h.tier,
                                 path="l1" if h.tier == "l1" else "gate", importance=h.importance,
                                 **_scope_fields(h.metadata), metadata=h.metadata or {}) for h in hits]
@@ -185,9 +196,15 @@ class MemoryAPI:
     async def ask(self, req: s.AskRequest,
                   key: ApiKey | None = Security(API_KEY)) -> s.AskResponse:
         authorize(key, req.user_id)
-        q = (await self._embed([req.question], is_query=True))[0]
-        result = await self.reads.ask(req.user_id, req.question, q, category=req.category,
-                                      scope=Scope(req.agent_id, req.run_id))
+        with tracing.span("POST /v1/ask", user_id=req.user_id, category=req.category, agent_id=req.agent_id,
+                          run_id=req.run_id) as sp:
+            tracing.text(sp, question=req.question)
+            q = (await self._embed([req.question], is_query=True))[0]
+            result = await self.reads.ask(req.user_id, req.question, q, category=req.category,
+                                          scope=Scope(req.agent_id, req.run_id))
+            b = result.assistant_bill + result.answer.bill
+            tracing.annotate(sp, segments=result.segments, evidence=len(result.answer.evidence),
+                             prompt_tokens=b.prompt_tokens, completion_tokens=b.completion_tokens)
         answer, bill = result.answer, result.assistant_bill
         _count_tokens("assistants", bill)
         _count_tokens("master", answer.bill)

@@ -39,7 +39,7 @@ from core.config.memory import (
     TierMemoryConfig,
 )
 from core.config.models import ALIASES, ROLES, ModelsConfig, Role
-from core.config.service import AuthConfig, ClusterConfig, DataConfig, PathsConfig, TenantHash
+from core.config.service import AuthConfig, ClusterConfig, DataConfig, PathsConfig, TenantHash, TracingConfig
 
 __all__ = [
     "BGL_ENTITY_PATTERNS", "CONFIG_DIR", "PACKAGED_MINILM", "REPO_ROOT", "SYNTHETIC_ENTITY_PATTERNS",
@@ -47,6 +47,7 @@ __all__ = [
     "EngramConfig", "EntityConfig", "EpisodicConfig", "EvictionConfig", "GateConfig", "ModelsConfig", "PathsConfig",
     "ROLES", "Role",
     "RerankConfig", "RouterConfig", "ScoringConfig", "Section", "TenantHash", "TierConfig", "TierMemoryConfig",
+    "TracingConfig",
     "deep_merge", "load_config", "profile_data", "profile_path",
 ]
 
@@ -68,6 +69,7 @@ class EngramConfig(BaseSettings):
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     paths: PathsConfig = Field(default_factory=PathsConfig)
 

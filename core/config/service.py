@@ -135,3 +135,19 @@ class AuthConfig(Section):
     @classmethod
     def _expand(cls, path: Path) -> Path:
         return path.expanduser()
+
+
+class TracingConfig(Section):
+    """OpenTelemetry spans of the HTTP API's requests (``core/tracing.py``): off by default."""
+
+    enabled: bool = Field(False, description="Record spans: one tree per request, ingress -> admission -> actors "
+                          "-> model pools -> master.")
+    exporter: Literal["console", "otlp", "file"] = Field(
+        "console", description="console: spans printed to stdout (development); otlp: OTLP over HTTP to "
+        "otlp_endpoint (production: a collector, Jaeger, Tempo...); file: JSON Lines appended to file_path.")
+    otlp_endpoint: str = Field("http://127.0.0.1:4318/v1/traces", description="OTLP/HTTP traces endpoint.")
+    file_path: Path = Field(Path("spans.jsonl"), description="Where the file exporter appends (one span per line).")
+    service_name: str = Field("engram-cluster", min_length=1, description="The resource's service.name.")
+    record_text: bool = Field(False, description="Also record questions, queries and answers as attributes "
+                              "(never by default: spans carry ids, counts and timings only).")
+

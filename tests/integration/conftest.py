@@ -23,6 +23,7 @@ from cluster.local_cluster import RAY, LocalCluster, alive_nodes, free_port
 
 NAMESPACE = "engram-test"
 STORAGE = Path(tempfile.mkdtemp(prefix="engram-state-"))  # the actors' journals for this test session
+SPANS = Path(tempfile.mkdtemp(prefix="engram-spans-")) / "spans.jsonl"  # the ingress's trace spans (file exporter)
 # the service's API keys: a fresh file with one admin key (ENGRAM_AUTH__* dropped: it would win over the config)
 KEYS_FILE, ADMIN_KEY = admin_key(tempfile.mkdtemp(prefix="engram-keys-"))
 auth_headers = bearer  # {"Authorization": "Bearer <key>"}, for httpx clients
@@ -30,7 +31,7 @@ auth_headers = bearer  # {"Authorization": "Bearer <key>"}, for httpx clients
 
 def service_args(namespace: str = NAMESPACE) -> dict:
     """The service as the tests run it: transformers engine (starts in seconds), store-all admission,
-    short segments so that a few dozen turns close several of them."""
+    short segments so that a few dozen turns close several of them, spans to a file."""
     on_head = {"resources": {"engram_head": 1}}
     return {
         "profile": "cpu",
@@ -42,6 +43,7 @@ def service_args(namespace: str = NAMESPACE) -> dict:
                         "actor_call_timeout_s": 120, "storage_dir": str(STORAGE), "snapshot_every": 50},
             "auth": {"keys_file": str(KEYS_FILE)},
             "tiers": {"l1": {"capacity": 20}, "l2": {"capacity": 200}},
+            "tracing": {"enabled": True, "exporter": "file", "file_path": str(SPANS)},
         },
         **{name: on_head for name in ("ingress", "embedder", "admission", "llm", "master")},
     }

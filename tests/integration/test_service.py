@@ -12,7 +12,7 @@ import pytest
 from actors.time_expressions import ground
 from cluster.locomo_data import load_locomo
 from core.config import load_config
-from tests.integration.conftest import ADMIN_KEY, NAMESPACE, auth_headers, service_args
+from tests.integration.conftest import ADMIN_KEY, NAMESPACE, SPANS, auth_headers, service_args
 
 USER = "conv-26"
 TURNS = 40
@@ -283,3 +283,30 @@ def test_scopes_filters_updates_and_history_over_http(client):
     assert set(paths["/v1/memories/{memory_id}"]) == {"get", "put", "delete"}
     assert set(paths["/v1/memories/{memory_id}/history"]) == {"get"} and set(paths["/v1/memories"]) == {"get", "delete"}
     assert client.delete("/v1/users/scoped").status_code == 200
+
+
+def test_one_ask_is_one_span_tree_with_ids_and_tokens_and_no_user_text(client):
+    question = "Where does Ann keep the purple kayak?"
+    r = client.post("/v1/turns", json={"user_id": "traced", "turns": [
+        {"id": "k1", "speaker": "Ann", "text": "The purple kayak hangs in the garage."},
+        {"id": "k2", "speaker": "Ann", "text": "I paddled the purple kayak on Sunday."}]})
+    assert r.status_code == 200, r.text
+    r = client.post("/v1/ask", json={"user_id": "traced", "question": question})
+    assert r.status_code == 200, r.text
+    reply = r.json()
+    spans = [json.loads(line) for line in SPANS.read_text().splitlines()]
+    root = [s for s in spans if s["name"] == "POST /v1/ask" and s["attributes"]["engram.user_id"] == "traced"][-1]
+    tree = [s for s in spans if s["trace_id"] == root["trace_id"]]
+    children = {s["name"] for s in tree if s["parent_id"] == root["span_id"]}
+    assert children == {"embed", "router.route", "assistants.extract", "master.answer"}, children
+    master = next(s for s in tree if s["name"] == "master.answer")["attributes"]
+    assert master["engram.evidence_turn_ids"] == [e["turn_id"] for e in reply["evidence"]]
+    assert master["engram.prompt_tokens"] == reply["tokens"]["master"]["prompt"]
+    assert root["attributes"]["engram.prompt_tokens"] == (reply["tokens"]["assistants"]["prompt"]
+                                                         + reply["tokens"]["master"]["prompt"])
+    assert all(s["end_ns"] >= s["start_ns"] >= root["start_ns"] for s in tree)
+    assert "kayak" not in json.dumps(tree)  # ids and counts only, never user text (tracing.record_text)
+    write = [s for s in spans if s["name"] == "POST /v1/turns" and s["attributes"]["engram.user_id"] == "traced"]
+    names = {s["name"] for s in spans if s["trace_id"] == write[-1]["trace_id"]}
+    assert {"embed", "admission", "tier.add", "router.append"} <= names
+    assert client.delete("/v1/users/traced").status_code == 200
