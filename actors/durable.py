@@ -3,7 +3,9 @@
 ``durable(TenantTiers, mutations=("add", "delete"), compacting=("drop_tenant",))`` returns a subclass
 whose constructor takes ``journal_dir=`` (None: memory only, as before). Each listed mutation runs, then
 its call ``(name, args, kwargs)`` is appended to the write-ahead log (flushed + fsynced) before it
-returns — so a caller that got an answer has the write on disk. Every ``snapshot_every`` records the
+returns — so a caller that got an answer has the write on disk. ``journal_dir`` may also be an fsspec URL
+(``s3://bucket/prefix``, with ``storage_options`` for the store): then each record is an object, acknowledged
+when the store has it (``actors/object_journal.py``). Every ``snapshot_every`` records the
 core's tenant data (its ``durable_state`` attribute) becomes the next snapshot and the log starts over.
 A *compacting* mutation (deleting a user) snapshots at once, so the removed data leaves the log too.
 A mutation named in ``unchanged_when_falsy`` that returns a falsy value (0 lines forgotten, a summary for
@@ -23,8 +25,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from actors.journal import Journal
+from actors.object_journal import ObjectJournal, is_url
 
 T = TypeVar("T")
+
+
+def open_journal(location: str | Path, storage_options: dict[str, Any] | None = None) -> Journal | ObjectJournal:
+    """A journal in a local directory, or under an fsspec URL (``s3://bucket/prefix``: ``actors/object_journal.py``)."""
+    return ObjectJournal(str(location), storage_options) if is_url(location) else Journal(location)
 
 
 def durable(cls: type[T], mutations: tuple[str, ...], compacting: tuple[str, ...] = (),
@@ -33,13 +41,13 @@ def durable(cls: type[T], mutations: tuple[str, ...], compacting: tuple[str, ...
 
     class Durable(cls):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, journal_dir: str | Path | None = None, snapshot_every: int = 10_000,
-                     **kwargs: Any) -> None:
+                     storage_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self._journal: Journal | None = None
+            self._journal: Journal | ObjectJournal | None = None
             self._snapshot_every = snapshot_every
             self.recovered = 0  # log records replayed at start-up
             if journal_dir is not None:
-                journal = Journal(journal_dir)
+                journal = open_journal(journal_dir, storage_options)
                 state = journal.load_snapshot()
                 if state is not None:
                     setattr(self, state_attr, state)

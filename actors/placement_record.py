@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from actors.object_journal import filesystem, is_url
 from actors.shards import SHARD_FIELDS, Placement
 from core.files import replaced_atomically
 
@@ -46,20 +47,36 @@ def legacy_counts(root: Path) -> dict[str, int]:
     return counts
 
 
-def check_placement(root: Path, placement: Placement) -> dict[str, Any]:
+def _compare(root: str, stored: dict[str, Any], wanted: dict[str, Any]) -> None:
+    if stored != wanted:
+        raise StoredPlacementError(
+            f"{root} holds state placed by {_settings(stored['tenant_hash'], stored['counts'])}; this service "
+            f"is configured with {_settings(wanted['tenant_hash'], wanted['counts'])}. Tenants would be looked "
+            "up on actors that do not hold their state. Start with the stored settings (moving tenants "
+            "between shards is not implemented), or use another storage_dir / namespace."
+        )
+
+
+def check_placement(root: Path | str, placement: Placement,
+                    storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Record ``placement`` under ``root`` on first use; raise ``StoredPlacementError`` if it differs from the
-    recorded one (or, for a directory from before the record, from what its actor folders show)."""
+    recorded one (or, for a directory from before the record, from what its actor folders show). ``root`` may be
+    an object store URL (the record is one object there; no store predates the record)."""
     wanted = {"tenant_hash": placement.scheme, "counts": dict(sorted(placement.counts.items()))}
+    if is_url(root):
+        fs, prefix = filesystem(str(root), storage_options)
+        key = f"{prefix}/{RECORD}"
+        if not fs.exists(key):
+            fs.makedirs(prefix, exist_ok=True)  # NOTE: a no-op on object stores
+            fs.pipe_file(key, (json.dumps(wanted, indent=1) + "\n").encode())
+            return wanted
+        _compare(str(root), json.loads(fs.cat_file(key)), wanted)
+        return wanted
+    root = Path(root)
     path = root / RECORD
     if path.exists():
         stored = json.loads(path.read_text())
-        if stored != wanted:
-            raise StoredPlacementError(
-                f"{root} holds state placed by {_settings(stored['tenant_hash'], stored['counts'])}; this service "
-                f"is configured with {_settings(wanted['tenant_hash'], wanted['counts'])}. Tenants would be looked "
-                "up on actors that do not hold their state. Start with the stored settings (moving tenants "
-                "between shards is not implemented), or use another storage_dir / namespace."
-            )
+        _compare(str(root), stored, wanted)
         return stored
     found = legacy_counts(root)
     if found:

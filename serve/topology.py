@@ -18,12 +18,23 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.object_journal import is_url
 from actors.placement_record import check_placement
 from actors.remote import AssistantActor, RouterActor, TierShardActor
 from actors.shards import Placement, assistant_options, shard_counts
 from core.config import EngramConfig
 from core.errors import UnavailableError
 from serve.pool import PoolEngine, TokenizerCounter
+
+
+def storage_root(config: EngramConfig) -> str | None:
+    """``<storage_dir>/<namespace>``: a local directory (``~`` expanded) or an object store URL; None without one."""
+    c = config.cluster
+    if c.storage_dir is None:
+        return None
+    if is_url(c.storage_dir):
+        return f"{c.storage_dir.rstrip('/')}/{c.namespace}"
+    return str(Path(c.storage_dir).expanduser() / c.namespace)
 
 
 class Topology:
@@ -54,9 +65,10 @@ class Topology:
     @classmethod
     def check_storage(cls, config: EngramConfig) -> None:
         """Refuse a storage_dir whose state was placed by another scheme or shard counts (actors.placement_record)."""
-        if config.cluster.storage_dir is not None:
-            root = Path(config.cluster.storage_dir).expanduser() / config.cluster.namespace
-            check_placement(root, Placement(cls.counts(config), config.cluster.tenant_hash))
+        root = storage_root(config)
+        if root is not None:
+            check_placement(root, Placement(cls.counts(config), config.cluster.tenant_hash),
+                            config.cluster.storage_options)
 
     @classmethod
     def start(cls, config: EngramConfig, *, dim: int, app_name: str = "engram") -> Topology:
@@ -94,6 +106,8 @@ class Topology:
         elif c.placement == "spread":
             options["scheduling_strategy"] = "SPREAD"
         journal = {"journal_dir": self.journal_dir(f"{kind}-{i}"), "snapshot_every": c.snapshot_every}
+        if c.storage_options:
+            journal["storage_options"] = c.storage_options
         if kind == "tier":
             return TierShardActor.options(**options).remote(config.tiers, self.dim, **journal)
         if kind == "router":
@@ -107,8 +121,8 @@ class Topology:
             **journal)
 
     def journal_dir(self, name: str) -> str | None:
-        storage = self.config.cluster.storage_dir
-        return None if storage is None else str(Path(storage).expanduser() / self.config.cluster.namespace / name)
+        root = storage_root(self.config)
+        return None if root is None else f"{root}/{name}" if is_url(root) else str(Path(root) / name)
 
     @classmethod
     def connect(cls, config: EngramConfig) -> Topology:

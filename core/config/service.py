@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -76,10 +76,17 @@ class ClusterConfig(Section):
         description="Write each closed segment's one-line summary (router's global path) in the background, "
         "after the write is acknowledged.",
     )
-    storage_dir: Path | None = Field(
+    storage_dir: str | None = Field(
         None,
-        description="Where each stateful actor keeps its write-ahead log and snapshots (<dir>/<namespace>/<actor>); "
-        "a path every node can reach in a multi-node cluster. None: memory only, lost when an actor restarts.",
+        description="Where each stateful actor keeps its write-ahead log and snapshots (<dir>/<namespace>/<actor>): "
+        "a directory every node can reach in a multi-node cluster (a ReadWriteMany volume), or an fsspec URL of an "
+        "object store (s3://bucket/prefix, gs://..., file:///...; actors/object_journal.py). None: memory only, "
+        "lost when an actor restarts.",
+    )
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="fsspec options of a storage_dir URL, e.g. {client_kwargs: {endpoint_url: http://minio:9000}}; "
+        "credentials are best left to the store's own environment (AWS_ACCESS_KEY_ID, a pod's service account).",
     )
     snapshot_every: int = Field(
         10_000, ge=1, le=100_000_000, description="Log records after which an actor writes a snapshot."
