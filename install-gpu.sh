@@ -20,7 +20,8 @@ import tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 deps = [d for d in project["dependencies"] if not d.replace(" ", "").startswith("torch")]  # vllm brings torch
 with open(sys.argv[1], "w") as f:
-    f.write("\n".join(deps + project["optional-dependencies"]["gpu"]) + "\n")
+    # the s3 extra too: a cluster's journals may live in a bucket (cluster.storage_dir: s3://...)
+    f.write("\n".join(deps + project["optional-dependencies"]["gpu"] + project["optional-dependencies"]["s3"]) + "\n")
 PY
 PIP="$PYTHON -m pip --disable-pip-version-check -q"
 $PIP install -r "$REQS"
