@@ -13,11 +13,13 @@ import asyncio
 import json
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import numpy as np
 from fastapi import FastAPI, Query, Request, Response, Security
+from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 from ray import serve
 
@@ -42,6 +44,7 @@ from serve.middleware import API_KEY, ApiKeyCheck
 from serve.topology import Topology
 
 VERSION = "0.1.0"
+CONSOLE_HTML = (Path(__file__).parent / "console.html").read_text(encoding="utf-8")
 NDJSON = "application/x-ndjson"
 
 app = FastAPI(
@@ -332,6 +335,11 @@ class MemoryAPI:
         alive = await self.ops.health()
         return s.Health(status="ok" if all(alive.values()) else "degraded", actors=alive, version=VERSION,
                         background=self.summariser.pending)
+
+    @app.get("/console", include_in_schema=False)
+    async def console(self) -> HTMLResponse:
+        """The web console (``serve/console.html``): static; its calls carry the API key typed into it."""
+        return HTMLResponse(CONSOLE_HTML)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics(self) -> Response:
