@@ -2,7 +2,7 @@
 
     python -m bench.chaos [--turns 5000] [--kill-every 3] [--tenants 8] [--writers 4] [--no-node-kill]
 
-(through ``../shared/bin/loopback-only``). Starts a head and a worker node on this machine
+(through ``bin/loopback-only``). Starts a head and a worker node on this machine
 (``cluster.local_cluster``), the service with journaled actors (transformers pool: the model is not
 what is tested), and ``--writers`` client threads that post LoCoMo turns in batches of 10 for
 ``--tenants`` users. A *turn is acknowledged* when its batch got a 200; a batch that fails (503 while an

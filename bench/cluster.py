@@ -3,7 +3,7 @@
     python -m bench.cluster [--data PATH] [--conversations N] [--concurrency 1,8] [--asks N]
                             [--admission store_all|classifier] [--backend vllm|transformers]
 
-(through ``../shared/bin/loopback-only``: it starts a local Ray and Serve). Steps, all in one run:
+(through ``bin/loopback-only``: it starts a local Ray and Serve). Steps, all in one run:
 
 1. start the service (``serve.app.build_app``, CPU profile) on a free loopback port and wait for
    ``/v1/health`` (actors created and warm; the start-up time is reported apart);

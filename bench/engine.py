@@ -1,7 +1,7 @@
 """The model engines, per model and backend: load time, memory, prefill and decode speed (docs/engine.md).
 
     python -m bench.engine --models smollm2-135m,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b --backend transformers
-    ../shared/bin/loopback-only python -m bench.engine --models qwen2.5-coder-0.5b --backend vllm
+    bin/loopback-only python -m bench.engine --models qwen2.5-coder-0.5b --backend vllm
 
 Each (model, backend) runs in a child process of its own, so memory and load time are its alone:
 

@@ -2,7 +2,7 @@
 
     python -m bench.load [--seconds 60] [--concurrency 16] [--mix 0.45,0.45,0.10] [--backend vllm|transformers]
 
-(through ``../shared/bin/loopback-only``). Starts the service (CPU profile, journaled actors, store-all
+(through ``bin/loopback-only``). Starts the service (CPU profile, journaled actors, store-all
 admission), preloads one LoCoMo conversation per user (``--users``, default 4), then ``--concurrency`` client
 tasks each loop for ``--seconds``: draw an operation by ``--mix`` (add a batch of 5 new turns / search a
 LoCoMo question / ask it), send it, record status and latency. Any status other than 200 counts as an

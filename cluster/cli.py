@@ -2,6 +2,7 @@
 
 ::
 
+    engram demo [--conversation conv-26]                 start, ingest a conversation, ask three questions, stop
     engram start [--config configs/serve-cpu.yaml]       serve run <config>, in the foreground
     engram ingest locomo conv-26 [--user U] [--batch 32]  a LoCoMo conversation, turn by turn
     engram ingest jsonl turns.jsonl --user U              one TurnIn JSON object per line
@@ -43,6 +44,7 @@ import yaml
 from pydantic import ValidationError
 
 from cluster.cli_common import _brief, _Context, _fail
+from cluster.demo import add_parser as add_demo_parser
 from cluster.cli_ingest import DEFAULT_BATCH, _cmd_ingest_jsonl, _cmd_ingest_locomo
 from cluster.cli_keys import _cmd_keys_create, _cmd_keys_list, _cmd_keys_revoke
 from cluster.cli_models import _cmd_models_fetch, _cmd_models_list
@@ -67,7 +69,7 @@ if TYPE_CHECKING:
 
 DEFAULT_CONFIG = Path("configs/serve-cpu.yaml")
 REPO_ROOT = Path(__file__).resolve().parent.parent
-LOOPBACK_WRAPPER = "../shared/bin/loopback-only"
+LOOPBACK_WRAPPER = "bin/loopback-only"
 _START_ENV_DEFAULTS = {
     "RAY_AUTH_MODE": "disabled",
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -189,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("start", help="run the service locally (serve run <config>)")
     s.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="Serve config file")
     s.set_defaults(run=_cmd_start)
+    add_demo_parser(sub)
 
     ingest = sub.add_parser("ingest", help="post turns").add_subparsers(dest="source", required=True, metavar="SOURCE")
     s = ingest.add_parser("locomo", help="one LoCoMo conversation, in order")

