@@ -105,6 +105,7 @@ class MemoryAPI:
         self._topology: Topology | None = None
         self._lock = asyncio.Lock()
         self._query_embedder = None
+        self._health: asyncio.Future | None = None  # the health check in flight (shared by concurrent probes)
         # NOTE: on the class: Serve hands the replica a pickled copy of the app, whose API_KEY instance is not this
         # module's; the class itself travels by reference.
         ApiKeyCheck.store = KeyStore(self.config.auth.keys_file) if self.config.auth.required else None
@@ -332,7 +333,13 @@ class MemoryAPI:
     # -- operations --------------------------------------------------------------------------
     @app.get("/v1/health", response_model=s.Health, summary="Liveness of every actor")
     async def health(self) -> s.Health:
-        alive = await self.ops.health()
+        """Pings every actor. Probes share one check in flight, and a probe that gives up (a client timeout, a
+        readiness probe) never cancels the pings: requests cancelled mid-ping while the actors were still
+        starting left every later health check waiting forever (measured: 78 probes of 5 s, none answered in
+        8 minutes, where one patient probe was answered in 77 s)."""
+        if self._health is None or self._health.done():
+            self._health = asyncio.ensure_future(self.ops.health())
+        alive = await asyncio.shield(self._health)
         return s.Health(status="ok" if all(alive.values()) else "degraded", actors=alive, version=VERSION,
                         background=self.summariser.pending)
 

@@ -55,7 +55,8 @@ def service_args(namespace: str = NAMESPACE) -> dict:
 # for their own summaries only, and fewer summaries compete for the two cores with the concurrent tests. The
 # loss of the worker node comes last.
 MODULE_ORDER = ("test_admission_deployment", "test_admission_http", "test_auth", "test_read_path_identity",
-                "test_tenancy", "test_service", "test_object_storage", "test_chaos", "test_fuzz", "test_load",
+                "test_tenancy", "test_service", "test_object_storage", "test_console", "test_live_cli", "test_chaos",
+                "test_fuzz", "test_load",
                 "test_worker_loss")
 
 
