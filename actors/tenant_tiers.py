@@ -92,10 +92,10 @@ class TenantTiers:
         at: float | None = None,
     ) -> AddReport:
         """Store admitted items (``at``: when they were written, Unix seconds; default now — the service passes
-        it, so that a journal replay gives them the same ``created_at``). With ``dedup.enabled`` (actors/write_links.py) an item that duplicates one of
-        its speaker's memories (``metadata['speaker']``) is not stored; one that changes a fact slot is stored
-        with ``supersedes`` in its metadata and the older memory gets ``superseded_by``. ``links`` says which,
-        per offered item (None: stored as new)."""
+        it, so that a journal replay gives them the same ``created_at``). With ``dedup.enabled``
+        (actors/write_links.py) an item that duplicates one of its speaker's memories (``metadata['speaker']``) is
+        not stored; one that changes a fact slot is stored with ``supersedes`` in its metadata and the older
+        memory gets ``superseded_by``. ``links`` says which, per offered item (None: stored as new)."""
         if not ids:
             return AddReport(0, 0)
         mem = self._memory(tenant, create=True)

@@ -22,7 +22,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from actors.admission import Decision, content_type_rule
-from actors.scope import RESERVED_KEYS
 from actors.segmenter import Segment
 from actors.shards import Shards, assistants, router, tier
 from actors.tenant_episodes import TurnRecord

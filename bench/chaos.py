@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -144,17 +145,19 @@ def write_all(url: str, work: list[tuple[str, list[dict]]], writers: int, progre
 
 
 def verify(url: str, acked: dict[str, set[str]], config: Any, api_key: str | None = None) -> dict[str, int]:
-    """Acknowledged turns missing from the tier memories / the episodic streams, and closed segments that no
-    assistant actor holds."""
+    """Acknowledged turns missing from the tier memories / the episodic streams, closed segments that no
+    assistant actor holds, turns stored twice (a memory id listed twice, or a turn among the own lines of two
+    held segments — a segment's leading ``overlap`` lines are its designed replay and do not count) and turns
+    half-applied (in the tiers or in the stream, not in both)."""
     import ray
 
     from serve.topology import Topology
 
     topo = Topology.connect(config)
-    missing_tier = missing_episodes = missing_segments = found = 0
+    missing_tier = missing_episodes = missing_segments = found = twice = half = 0
     with httpx.Client(base_url=url, timeout=120, headers=bearer(api_key)) as client:
         for user, ids in acked.items():
-            listed: set[str] = set()
+            listed: Counter[str] = Counter()
             offset = 0
             while True:
                 page = client.get("/v1/memories", params={"user_id": user, "offset": offset, "limit": 1000}).json()
@@ -164,13 +167,17 @@ def verify(url: str, acked: dict[str, set[str]], config: Any, api_key: str | Non
                     break
             in_stream = ray.get(topo.router_for(user).turn_ids.remote(user), timeout=60)
             closed = set(ray.get(topo.router_for(user).segment_ids.remote(user), timeout=60))
-            held = set().union(*ray.get([a.segment_ids.remote(user) for a in topo.assistants], timeout=60))
-            missing_segments += len(closed - held)
-            missing_tier += len(ids - listed)
+            segments = [seg for held in ray.get([a.segments.remote(user) for a in topo.assistants], timeout=60)
+                        for seg in held]
+            own = Counter(t for seg in segments for t in seg.turn_ids[seg.overlap :])
+            missing_segments += len(closed - {seg.id for seg in segments})
+            missing_tier += len(ids - set(listed))
             missing_episodes += len(ids - in_stream)
-            found += len(ids & listed & in_stream)
+            found += len(ids & set(listed) & in_stream)
+            twice += sum(1 for n in listed.values() if n > 1) + sum(1 for n in own.values() if n > 1)
+            half += len(ids & (set(listed) ^ in_stream))
     return {"turns_found": found, "missing_tier": missing_tier, "missing_episodes": missing_episodes,
-            "missing_segments": missing_segments}
+            "missing_segments": missing_segments, "stored_twice": twice, "half_applied": half}
 
 
 def workload(turns: int, tenants: int, data: Path, prefix: str = "user") -> list[tuple[str, list[dict]]]:

@@ -44,7 +44,6 @@ import yaml
 from pydantic import ValidationError
 
 from cluster.cli_common import _brief, _Context, _fail
-from cluster.demo import add_parser as add_demo_parser
 from cluster.cli_ingest import DEFAULT_BATCH, _cmd_ingest_jsonl, _cmd_ingest_locomo
 from cluster.cli_keys import _cmd_keys_create, _cmd_keys_list, _cmd_keys_revoke
 from cluster.cli_models import _cmd_models_fetch, _cmd_models_list
@@ -61,6 +60,7 @@ from cluster.cli_queries import (
     _cmd_update,
 )
 from cluster.client import DEFAULT_TIMEOUT_S, DEFAULT_URL, EngramClient, EngramHTTPError
+from cluster.demo import add_parser as add_demo_parser
 from serve.auth import KeyFileError, KeyStore
 from serve.schemas import MAX_BATCH
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-
 from typing import Any
 
 from cluster.cli_common import _Context, _fail

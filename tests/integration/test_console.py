@@ -25,7 +25,8 @@ def browser():
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1100"):
+    flags = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1100")
+    for flag in flags:
         options.add_argument(flag)
     options.binary_location = shutil.which("chromium")
     driver = webdriver.Chrome(service=Service(DRIVER), options=options)  # NOTE: no Selenium Manager download

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 import ray
 
