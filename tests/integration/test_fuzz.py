@@ -85,7 +85,8 @@ def _state(service: str, user: str) -> list[dict]:
     """The user's export with the fields background summaries may change left out."""
     r = httpx.get(f"{service}/v1/users/{quote(user, safe='')}/export", headers=auth_headers(ADMIN_KEY), timeout=60)
     assert r.status_code == 200, r.text[:300]
-    return [{k: v for k, v in json.loads(line).items() if k not in VOLATILE} for line in r.text.splitlines()]
+    # NOTE: JSON Lines split on "\n" only: str.splitlines also splits at U+2028 and the like, which JSON leaves raw
+    return [{k: v for k, v in json.loads(line).items() if k not in VOLATILE} for line in r.text.split("\n") if line]
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=lambda m: m.value)
