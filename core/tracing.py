@@ -4,8 +4,9 @@ One tree per request: the ingress opens the root (``POST /v1/ask``), and each st
 child where it runs — the query embedding, admission, every call to a tier shard, a router or an assistant core,
 the master. The spans of the remote calls are opened by the caller (the ingress process) around the call, so
 their duration includes the hop to the actor; their attributes say what came back: ids of the memories,
-segments and evidence lines, and the small models' token counts. User text (questions, answers) is recorded
-only with ``tracing.record_text``.
+segments and evidence lines, and the small models' token counts. The master deployment gets the trace context
+(:func:`carrier` / :func:`attach`) and opens an ``llm.generate`` span per call to its model pool. User text
+(questions, answers) is recorded only with ``tracing.record_text``.
 
 Without :func:`configure` (tracing off) the spans are OpenTelemetry's no-op spans: nothing is recorded or sent.
 Exporters: ``console`` (development), ``otlp`` (OTLP over HTTP, batched; production), ``file`` (JSON Lines, one
@@ -21,7 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from opentelemetry import trace
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -138,3 +140,24 @@ def text(current: trace.Span, **texts: str | None) -> None:
     """User text as attributes, only with ``tracing.record_text``."""
     if records_text():
         annotate(current, **texts)
+
+
+def carrier() -> dict[str, str]:
+    """The current span's context as W3C ``traceparent`` headers, to hand to another process (empty when off)."""
+    headers: dict[str, str] = {}
+    if _provider is not None:
+        propagate.inject(headers)
+    return headers
+
+
+@contextmanager
+def attach(headers: dict[str, str] | None) -> Iterator[None]:
+    """Make spans opened inside children of the span whose :func:`carrier` another process sent."""
+    if not headers:
+        yield
+        return
+    token = otel_context.attach(propagate.extract(headers))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)

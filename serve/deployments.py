@@ -12,6 +12,7 @@ from ray import serve
 
 from actors.admission import Decision
 from actors.master import Master, MasterAnswer
+from core import tracing
 from core.config import EngramConfig
 from core.evidence import Evidence
 from serve.pool import PoolEngine, TokenizerCounter, use_cores
@@ -71,11 +72,14 @@ class MasterService:
 
     def __init__(self, config: dict[str, Any]) -> None:
         cfg = EngramConfig.model_validate(config)
+        tracing.configure(cfg.tracing)
         engine = PoolEngine.for_role(cfg, "master", serve.get_replica_context().app_name)
         count = TokenizerCounter(cfg.engine_for("master"))
         count("warm up")  # NOTE: load the tokenizer now, not under the first requests
         self.master = Master(engine, cfg.episodic, count)
 
     async def answer(self, question: str, evidence: Sequence[Evidence], category: int | None = None,
-                     adversarial: str | None = None) -> MasterAnswer:
-        return await asyncio.to_thread(self.master.answer, question, list(evidence), category, adversarial)
+                     adversarial: str | None = None, trace: dict[str, str] | None = None) -> MasterAnswer:
+        """``trace``: the caller's span context (``core.tracing.carrier``); the model calls become its children."""
+        with tracing.attach(trace):  # NOTE: to_thread copies the context, so the pool's spans join the trace
+            return await asyncio.to_thread(self.master.answer, question, list(evidence), category, adversarial)

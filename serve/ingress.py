@@ -150,7 +150,7 @@ class MemoryAPI:
             return await self.admission.classify.remote(chunks)
 
     async def _answer(self, question: str, evidence: list, category: int | None, adversarial: str | None) -> Any:
-        return await self.master.answer.remote(question, list(evidence), category, adversarial)
+        return await self.master.answer.remote(question, list(evidence), category, adversarial, tracing.carrier())
 
     # -- writes ------------------------------------------------------------------------------
     @app.post("/v1/turns", response_model=s.AddTurnsResponse, summary="Add turns (admission decides what is kept)")
@@ -367,8 +367,8 @@ def _query_filter(agent_id: str | None, run_id: str | None, since: datetime | No
         f = s.Filters(metadata=raw, since=since, until=until)
     except ValidationError as e:
         why = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'filter'}: {err['msg']}" for err in e.errors())
-        raise InvalidRequestError(f"bad filter: {why}", param="metadata" if metadata else "since",
-                                  code="invalid_filter") from None
+        param = "metadata" if any(err["loc"][:1] == ("metadata",) for err in e.errors()) else "since"
+        raise InvalidRequestError(f"bad filter: {why}", param=param, code="invalid_filter") from None
     except ValueError:  # not JSON at all
         raise InvalidRequestError('metadata must be a JSON object, e.g. {"type": "fact"}', param="metadata",
                                   code="invalid_filter") from None

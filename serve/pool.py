@@ -18,6 +18,7 @@ from typing import Any
 
 from ray import serve
 
+from core import tracing
 from core.config import EngineConfig, EngramConfig, Role
 from core.generation import GenerationRequest, GenerationResult
 from serve.engine import build_engine
@@ -128,7 +129,11 @@ class PoolEngine:
             return []
         if self._handle is None:
             self._handle = serve.get_deployment_handle(self.deployment, app_name=self.app_name)
-        return self._handle.generate.remote(list(requests)).result()
+        with tracing.span("llm.generate", pool=self.deployment, requests=len(requests)) as sp:
+            results = self._handle.generate.remote(list(requests)).result()
+            tracing.annotate(sp, prompt_tokens=sum(r.prompt_tokens for r in results),
+                             completion_tokens=sum(r.completion_tokens for r in results))
+            return results
 
     def close(self) -> None:
         self._handle = None

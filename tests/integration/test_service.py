@@ -299,8 +299,13 @@ def test_one_ask_is_one_span_tree_with_ids_and_tokens_and_no_user_text(client):
     tree = [s for s in spans if s["trace_id"] == root["trace_id"]]
     children = {s["name"] for s in tree if s["parent_id"] == root["span_id"]}
     assert children == {"embed", "router.route", "assistants.extract", "master.answer"}, children
-    master = next(s for s in tree if s["name"] == "master.answer")["attributes"]
+    master_span = next(s for s in tree if s["name"] == "master.answer")
+    master = master_span["attributes"]
     assert master["engram.evidence_turn_ids"] == [e["turn_id"] for e in reply["evidence"]]
+    # the master deployment's calls to its model pool join the trace (the context crosses the Serve call)
+    calls = [s for s in tree if s["name"] == "llm.generate"]
+    assert calls and all(c["parent_id"] == master_span["span_id"] for c in calls)
+    assert sum(c["attributes"]["engram.prompt_tokens"] for c in calls) == reply["tokens"]["master"]["prompt"]
     assert master["engram.prompt_tokens"] == reply["tokens"]["master"]["prompt"]
     assert root["attributes"]["engram.prompt_tokens"] == (reply["tokens"]["assistants"]["prompt"]
                                                          + reply["tokens"]["master"]["prompt"])

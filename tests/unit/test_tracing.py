@@ -98,3 +98,19 @@ def test_the_file_exporter_writes_one_json_span_per_line(tmp_path) -> None:
     assert inner["attributes"] == {"engram.ids": ["a", "b"]} and outer["parent_id"] is None
     assert inner["trace_id"] == outer["trace_id"] and inner["end_ns"] >= inner["start_ns"]
     assert not tracing.configure(TracingConfig())  # off by default
+
+
+def test_a_carried_context_makes_the_other_sides_spans_children(spans) -> None:
+    spans.clear()
+    with tracing.span("master.answer") as here:
+        headers = tracing.carrier()
+    assert headers["traceparent"].split("-")[1] == f"{here.get_span_context().trace_id:032x}"
+    with tracing.attach(headers), tracing.span("llm.generate"):  # as the master deployment does
+        pass
+    with tracing.attach({}), tracing.span("unrelated"):
+        pass
+    by_name = {s.name: s for s in spans.get_finished_spans()}
+    assert by_name["llm.generate"].parent.span_id == by_name["master.answer"].context.span_id
+    assert by_name["unrelated"].parent is None
+    tracing.use_provider(None)
+    assert tracing.carrier() == {}  # off: nothing to carry
