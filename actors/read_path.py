@@ -66,10 +66,7 @@ class ReadPath:
     async def route(self, tenant: str, question: str, vector: np.ndarray, scope: Scope | None = None) -> RouteResult:
         with span("router.route", core=self.shards.router_index(tenant)) as sp:
             text(sp, question=question)
-            if scope is None or scope.empty:
-                route = await router(self.shards, tenant).route(tenant, question, vector)
-            else:
-                route = await router(self.shards, tenant).route(tenant, question, vector, scope)
+            route = await router(self.shards, tenant).route(tenant, question, vector, scope)
             annotate(sp, segment_ids=[a.segment_id for a in route.activations],
                      open_segment=None if route.open_segment is None else route.open_segment.id,
                      scoped_turns=None if route.allowed is None else len(route.allowed))

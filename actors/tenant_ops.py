@@ -44,8 +44,6 @@ class TenantOps:
 
     async def list_memories(self, tenant: str, offset: int, limit: int,
                             where: MemoryFilter | None = None) -> tuple[list[StoredMemory], int]:
-        if where is None or where.empty:
-            return await tier(self.shards, tenant).list(tenant, offset, limit)
         return await tier(self.shards, tenant).list(tenant, offset, limit, where)
 
     async def get_memory(self, tenant: str, memory_id: str) -> StoredMemory:
