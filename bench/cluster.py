@@ -1,6 +1,6 @@
 """The service over HTTP on this machine: ingest throughput, search / ask latency, the small-model pool.
 
-    python -m bench.cluster [--data PATH] [--conversations N] [--concurrency 1,8] [--asks N]
+    python -m bench.cluster [--data PATH] [--conversations N] [--concurrency 1,8] [--asks N] [--search-only]
                             [--admission store_all|classifier] [--backend vllm|transformers]
 
 (through ``bin/loopback-only``: it starts a local Ray and Serve). Steps, all in one run:
@@ -11,9 +11,14 @@
    in the same batches as the ingest (``--batch``);
 3. ingest throughput: that conversation over HTTP (``POST /v1/turns``, sequential batches), then the other
    conversations (not timed); then waits until the background segment summaries are done;
-4. search latency (``POST /v1/search``) with the loaded conversations' questions, at each concurrency;
+4. search latency (``POST /v1/search``) with the loaded conversations' questions, at each concurrency, and
+   where it went: the p50 of each step the replica reports in its ``Server-Timing`` header (``embed``,
+   ``tier.search``, ``router.route``, ``app`` = the whole request inside the ingress replica) and of
+   ``outside_app`` (the client's time minus ``app``: HTTP, Serve's proxy and its hop to the replica);
 5. ask latency (``POST /v1/ask``), ``--asks`` questions per concurrency level;
 6. the pool alone: completion tokens/s of ``LLMPool`` for 64-token answers, 1 vs 8 concurrent callers.
+
+``--search-only`` skips 5 and 6 (a few minutes with ``--conversations 1``).
 
 Writes ``results/cluster/cluster.json`` and ``cluster.md``; prints the JSON last on stdout.
 """
@@ -33,11 +38,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 from tqdm import tqdm
 
 from bench.common import admin_key, bearer, emit_json, parse_int_list, percentiles_ms, setup_logging
 from cluster.local_cluster import free_port
 from cluster.locomo_data import load_locomo
+from core import timings
 from core.config import load_config
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -56,10 +63,14 @@ def batches(items: list, size: int) -> list[list]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+Timed = tuple[float, dict[str, list[float]]]
+
+
 async def timed_requests(url: str, path: str, bodies: list[dict], concurrency: int, label: str,
-                         api_key: str | None = None) -> list[float]:
-    """Wall seconds of each request, ``concurrency`` in flight at once; any non-200 aborts the benchmark."""
-    times: list[float] = []
+                         api_key: str | None = None) -> list[Timed]:
+    """Wall seconds of each request and its ``Server-Timing`` steps (ms), ``concurrency`` in flight at once; any
+    non-200 aborts the benchmark."""
+    times: list[Timed] = []
     queue = list(bodies)
     bar = tqdm(total=len(bodies), desc=label, file=sys.stderr)
     async with httpx.AsyncClient(base_url=url, timeout=600, headers=bearer(api_key)) as client:
@@ -68,7 +79,7 @@ async def timed_requests(url: str, path: str, bodies: list[dict], concurrency: i
                 body = queue.pop()
                 start = time.perf_counter()
                 r = await client.post(path, json=body)
-                times.append(time.perf_counter() - start)
+                times.append((time.perf_counter() - start, timings.parse(r.headers.get("server-timing", ""))))
                 if r.status_code != 200:
                     raise RuntimeError(f"{path} -> {r.status_code}: {r.text[:300]}")
                 bar.update(1)
@@ -102,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", default="1,8", help="concurrency levels, e.g. 1,8")
     parser.add_argument("--asks", type=int, default=8, help="ask requests per concurrency level")
     parser.add_argument("--searches", type=int, default=200, help="search requests per concurrency level")
+    parser.add_argument("--search-only", action="store_true", help="skip the ask latency and the pool alone")
     parser.add_argument("--batch", type=int, default=32, help="turns per ingest request")
     parser.add_argument("--admission", choices=("store_all", "classifier"), default="store_all")
     parser.add_argument("--backend", choices=("vllm", "transformers"), default="vllm")
@@ -165,15 +177,19 @@ def main(argv: list[str] | None = None) -> None:
 
         questions = [(c.sample_id, q.question) for c in convs for q in c.questions if q.category != 5]
         search: dict[str, dict[str, float]] = {}
+        steps: dict[str, dict[str, float]] = {}
         ask: dict[str, dict[str, float]] = {}
         for level in levels:
             bodies = [{"user_id": u, "query": q, "k": 5} for u, q in questions[: args.searches]]
-            search[str(level)] = percentiles_ms(asyncio.run(timed_requests(url, "/v1/search", bodies, level,
-                                                                           f"search c={level}", key)))
+            timed = asyncio.run(timed_requests(url, "/v1/search", bodies, level, f"search c={level}", key))
+            search[str(level)] = percentiles_ms([t for t, _ in timed])
+            steps[str(level)] = step_medians(timed)
+            if args.search_only:
+                continue
             bodies = [{"user_id": u, "question": q} for u, q in questions[: args.asks * level][: args.asks]]
-            ask[str(level)] = percentiles_ms(asyncio.run(timed_requests(url, "/v1/ask", bodies, level,
-                                                                        f"ask c={level}", key)))
-        pool = {str(level): pool_tokens_per_s(level, rounds=3) for level in (1, 8)}
+            ask[str(level)] = percentiles_ms([t for t, _ in asyncio.run(
+                timed_requests(url, "/v1/ask", bodies, level, f"ask c={level}", key))])
+        pool = {} if args.search_only else {str(level): pool_tokens_per_s(level, rounds=3) for level in (1, 8)}
     finally:
         serve.shutdown()
         ray.shutdown()
@@ -188,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
         "ingest_turns_per_s": ingest, "embed_only_per_s": embed_only, "ingest_over_embed": ingest / embed_only,
         "search_p50_ms": {k: v["p50"] for k, v in search.items()},
         "search_p95_ms": {k: v["p95"] for k, v in search.items()},
+        "search_steps_p50_ms": steps,
         "ask_p50_ms": {k: v["p50"] for k, v in ask.items()},
         "ask_p95_ms": {k: v["p95"] for k, v in ask.items()},
         "vllm_tok_per_s": pool, "health": health["status"],
@@ -197,6 +214,18 @@ def main(argv: list[str] | None = None) -> None:
     (out / "cluster.json").write_text(json.dumps(payload, indent=2))
     (out / "cluster.md").write_text(markdown(payload))
     emit_json(payload)
+
+
+def step_medians(timed: list[Timed]) -> dict[str, float]:
+    """p50 (ms) of each ``Server-Timing`` step over the requests (a step run several times in one request counts
+    its longest run), and of ``outside_app``: the client's wall time minus the replica's ``app``."""
+    found: dict[str, list[float]] = {}
+    for seconds, server in timed:
+        for name, runs in server.items():
+            found.setdefault(name, []).append(max(runs))
+        if "app" in server:
+            found.setdefault("outside_app", []).append(seconds * 1000.0 - server["app"][0])
+    return {name: float(np.percentile(values, 50)) for name, values in sorted(found.items())}
 
 
 def markdown(p: dict[str, Any]) -> str:
@@ -212,6 +241,10 @@ def markdown(p: dict[str, Any]) -> str:
     for k in p["search_p50_ms"]:
         rows.append((f"search p50 / p95, concurrency {k} (ms)",
                      f"{p['search_p50_ms'][k]:.1f} / {p['search_p95_ms'][k]:.1f}"))
+        steps = p.get("search_steps_p50_ms", {}).get(k, {})
+        if steps:
+            rows.append((f"search steps p50, concurrency {k} (ms)",
+                         ", ".join(f"{name} {ms:.1f}" for name, ms in steps.items())))
     for k in p["ask_p50_ms"]:
         rows.append((f"ask p50 / p95, concurrency {k} (ms)", f"{p['ask_p50_ms'][k]:.0f} / {p['ask_p95_ms'][k]:.0f}"))
     for k, v in p["vllm_tok_per_s"].items():

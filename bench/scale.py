@@ -104,6 +104,36 @@ def _search_times(core: Any, tenants: Sequence[str], queries: Sequence[str], qve
     return times
 
 
+def _beams(core: Any, tenant: str, queries: Sequence[str], qvecs: np.ndarray, beams: Sequence[int]) -> dict[str, Any]:
+    """Search p50 with the gate's L2 candidate count (``gate.l2_k``, hnswlib's beam when it exceeds ``ef``) set to
+    each of ``beams``, and how many of the configured setting's top 10 each keeps (mean share): what a smaller
+    beam costs in results for what it saves in time. The configured value is restored after."""
+    mem = core._memory(tenant)
+    configured = mem.config
+
+    def top10(k2: int) -> tuple[list[list[str]], list[float]]:
+        mem.config = configured.model_copy(update={"gate": configured.gate.model_copy(update={"l2_k": k2})})
+        ids, times = [], []
+        for q, v in zip(queries, qvecs, strict=True):
+            t = time.perf_counter()
+            hits = core.search(tenant, q, v, 10)
+            times.append(time.perf_counter() - t)
+            ids.append([h.id for h in hits])
+        return ids, times
+
+    try:
+        reference, _ = top10(configured.gate.l2_k)
+        found = {}
+        for k2 in beams:
+            top10(k2)  # warm
+            ids, times = top10(k2)
+            kept = [len(set(a) & set(b)) / max(1, len(b)) for a, b in zip(ids, reference, strict=True)]
+            found[str(k2)] = {"search_p50_ms": percentiles_ms(times)["p50"], "top10_kept": float(np.mean(kept))}
+        return found
+    finally:
+        mem.config = configured
+
+
 def _restart(durable_cls: type, cfg: EngramConfig, dim: int, journal: Path) -> tuple[Any, float, int]:
     gc.collect()
     t = time.perf_counter()
@@ -120,7 +150,8 @@ def _snapshot(core: Any, journal: Path) -> tuple[float, float]:
 
 
 def one_user(cfg: EngramConfig, sizes: list[int], source: VectorSource, texts: Sequence[str], queries: Sequence[str],
-             encoder: Any, *, batch: int, replay: int, workdir: Path) -> list[dict[str, Any]]:
+             encoder: Any, *, batch: int, replay: int, workdir: Path, beams: Sequence[int] = ()
+             ) -> list[dict[str, Any]]:
     from actors.durable_cores import DurableTiers
 
     cfg = _scale_config(cfg, max(sizes))
@@ -150,6 +181,7 @@ def one_user(cfg: EngramConfig, sizes: list[int], source: VectorSource, texts: S
         _search_times(core, ["u"], queries[:20], qvecs[:20])  # warm
         search = percentiles_ms(_search_times(core, ["u"], queries, qvecs))
         with_embed = _search_times(core, ["u"], queries, encoder=encoder)
+        by_beam = _beams(core, "u", queries, qvecs, beams) if beams else None
         rss = rss_mb()
         del core
         core, restart_s, replayed = _restart(DurableTiers, cfg, dim, journal)
@@ -158,7 +190,7 @@ def one_user(cfg: EngramConfig, sizes: list[int], source: VectorSource, texts: S
                "search_with_embed_p50_ms": percentiles_ms(with_embed)["p50"],
                "insert_per_s": (size - previous) / insert_s,
                "rss_mb": rss, "memory_mb": rss - base, "snapshot_mb": snapshot_mb, "snapshot_s": snapshot_s,
-               "restart_s": restart_s, "replayed_records": replayed}
+               "restart_s": restart_s, "replayed_records": replayed, **({"l2_k": by_beam} if by_beam else {})}
         rows.append(row)
         previous = size
         tqdm.write(f"{size:>9,d} memories: search p50 {row['search_p50_ms']:.2f} ms, {row['insert_per_s']:.0f}/s, "
@@ -218,6 +250,11 @@ def write_table(path: Path, rows: list[dict[str, Any]], tenants: dict[str, Any] 
         lines.append(f"| {r['memories']:,} | {r['search_p50_ms']:.2f} / {r['search_p95_ms']:.2f} | "
                      f"{r['search_with_embed_p50_ms']:.2f} | {r['insert_per_s']:.0f} | {r['rss_mb']:.0f} | "
                      f"{r['memory_mb']:.0f} | {r['snapshot_mb']:.0f}, {r['snapshot_s']:.1f} | {r['restart_s']:.2f} |")
+    beams = [r for r in rows if r.get("l2_k")]
+    if beams:
+        lines += ["", "| memories | gate.l2_k | search p50 (ms) | configured top 10 kept |", "|---:|---:|---:|---:|"]
+        lines += [f"| {r['memories']:,} | {k} | {v['search_p50_ms']:.2f} | {v['top10_kept']:.3f} |"
+                  for r in beams for k, v in r["l2_k"].items()]
     lines.append(f"\nQuery embedding alone: p50 {embed_p50:.2f} ms.")
     if tenants:
         lines.append(f"\n{tenants['tenants']:,} tenants, {tenants['memories']:,} memories: "
@@ -235,6 +272,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sample", type=int, default=4000, help="real turn embeddings the vectors are drawn like")
     p.add_argument("--batch", type=int, default=1000, help="memories per add call while growing")
     p.add_argument("--replay", type=int, default=1000, help="memories added after the snapshot (replayed at restart)")
+    p.add_argument("--l2-k", default="", help="also time search with these gate.l2_k values, e.g. 100,50,20 "
+                   "(p50 and the share of the configured top 10 each keeps)")
     p.add_argument("--data", type=Path, default=None, help="LoCoMo JSON (default: config data.locomo_path)")
     p.add_argument("--workdir", type=Path, default=None, help="journal directory (default: a temporary one)")
     args = p.parse_args(argv)
@@ -257,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix="engram-scale-", dir=args.workdir))
     try:
         rows = one_user(cfg, sizes, VectorSource(sample), turns, questions, encoder, batch=args.batch,
-                        replay=args.replay, workdir=work)
+                        replay=args.replay, workdir=work, beams=parse_int_list(args.l2_k) if args.l2_k else ())
         tenants = (many_users(cfg, args.tenants, VectorSource(sample, seed=1), turns, questions, encoder,
                               workdir=work) if args.tenants else None)
     finally:

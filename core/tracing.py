@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +35,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
+from core import timings
 from core.config import TracingConfig
 
 TRACER = "engram"
@@ -124,11 +126,17 @@ def _value(v: Any) -> Any:
 @contextmanager
 def span(name: str, **attributes: Any) -> Iterator[trace.Span]:
     """A child of the current span (a root without one); attribute names get the ``engram.`` prefix and values
-    that are None are left out. Exceptions are recorded on the span and re-raised."""
+    that are None are left out. Exceptions are recorded on the span and re-raised. Its wall time goes to the
+    request's ``Server-Timing`` record (:mod:`core.timings`), tracing on or off."""
     attrs = {f"engram.{k}": _value(v) for k, v in attributes.items() if v is not None}
     tracer = _NOOP if _provider is None else _provider.get_tracer(TRACER)
-    with tracer.start_as_current_span(name, attributes=attrs) as current:
-        yield current
+    start = time.perf_counter()
+    try:
+        with tracer.start_as_current_span(name, attributes=attrs) as current:
+            yield current
+    finally:
+        if " " not in name:  # NOTE: a request's root ("POST /v1/ask") is the middleware's "app" timing
+            timings.add(name, time.perf_counter() - start)
 
 
 def annotate(current: trace.Span, **attributes: Any) -> None:

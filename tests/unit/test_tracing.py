@@ -114,3 +114,42 @@ def test_a_carried_context_makes_the_other_sides_spans_children(spans) -> None:
     assert by_name["unrelated"].parent is None
     tracing.use_provider(None)
     assert tracing.carrier() == {}  # off: nothing to carry
+
+
+def test_server_timing_records_the_steps_with_tracing_off(spans) -> None:
+    from core import timings
+
+    tracing.use_provider(None)
+    spans.clear()
+    with timings.collect() as record:
+        _ask()
+    names = [name for name, _ in record]
+    assert {"router.route", "assistants.extract", "master.answer"} <= set(names)
+    assert "POST /v1/ask" not in names and all(seconds >= 0 for _, seconds in record)
+    assert spans.get_finished_spans() == ()  # timed, not traced
+    value = timings.header(record, total=0.5)
+    parsed = timings.parse(value)
+    assert parsed["app"] == [500.0] and len(parsed["assistants.extract"]) == names.count("assistants.extract")
+    assert timings.header([("POST /v1/x", 0.001)]) == "POST__v1_x;dur=1.00"  # names become RFC tokens
+    timings.add("outside", 1.0)  # no record current: nothing kept, nothing raised
+
+
+def test_the_middleware_sends_server_timing_for_each_request() -> None:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from core import timings
+    from serve import middleware
+
+    app = FastAPI()
+    middleware.install(app)
+
+    @app.get("/v1/health")
+    async def health() -> dict:
+        with tracing.span("embed"):
+            pass
+        return {"ok": True}
+
+    r = TestClient(app).get("/v1/health")
+    parsed = timings.parse(r.headers["server-timing"])
+    assert set(parsed) == {"embed", "app"} and parsed["app"][0] >= parsed["embed"][0]
