@@ -213,3 +213,41 @@ def test_the_service_refuses_to_start_without_a_key_unless_auth_is_off(tmp_path,
         check_ready(config)
     config.auth.required = False
     check_ready(config)
+
+
+def test_the_middleware_gate_answers_before_the_body_is_read_and_hands_the_key_on(store) -> None:
+    from fastapi import FastAPI, Security
+    from fastapi.testclient import TestClient
+
+    from serve import middleware
+    from serve.metrics import METRICS
+
+    tenant_key, _ = store.create(["alice"])
+    middleware.ApiKeyCheck.store = store
+    try:
+        app = FastAPI()
+        middleware.install(app)
+        seen: list = []
+
+        @app.post("/v1/search")
+        def search(body: SearchBody, key=Security(middleware.API_KEY)) -> dict:
+            seen.append(key)
+            return {"user_id": body.user_id}
+
+        @app.get("/v1/health")
+        def health() -> dict:
+            return {"status": "ok"}
+
+        client = TestClient(app)
+        before = METRICS.requests.labels("/v1/search", "401")._value.get()
+        r = client.post("/v1/search", content=b"not json")  # refused at the gate: the body is never parsed
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+        assert r.headers["www-authenticate"] == "Bearer" and "app;dur=" in r.headers["server-timing"]
+        assert METRICS.requests.labels("unmatched", "401")._value.get() + METRICS.requests.labels(
+            "/v1/search", "401")._value.get() > before  # counted, though refused before routing
+        assert client.get("/v1/health").status_code == 200  # open without a key
+        r = client.post("/v1/search", json={"user_id": "alice", "k": 1},
+                        headers={"Authorization": f"Bearer {tenant_key}"})
+        assert r.status_code == 200 and len(seen) == 1 and "alice" in seen[0].tenants
+    finally:
+        middleware.ApiKeyCheck.store = None
