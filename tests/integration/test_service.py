@@ -11,6 +11,7 @@ import pytest
 
 from actors.time_expressions import ground
 from cluster.locomo_data import load_locomo
+from core import timings
 from core.config import load_config
 from tests.integration.conftest import ADMIN_KEY, NAMESPACE, SPANS, auth_headers, service_args
 
@@ -73,6 +74,9 @@ def test_search_finds_a_turn_by_its_content_in_either_tier(ingested, conversatio
         assert hit["path"] == ("l1" if hit["tier"] == "l1" else "gate")
         assert body["segments"], "the router activates segments for the query"
         assert all(set(s["paths"]) <= {"global", "vec", "kw", "newest", "open"} for s in body["segments"])
+        steps = timings.parse(r.headers["server-timing"])  # where the time went, through Serve's proxy
+        assert {"embed", "tier.search", "router.route", "app"} <= set(steps)
+        assert max(steps["tier.search"] + steps["router.route"] + steps["embed"]) <= steps["app"][0]
 
 
 def test_ask_answers_from_verbatim_evidence_with_a_token_bill(ingested, conversation, client):
