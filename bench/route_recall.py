@@ -166,6 +166,29 @@ def run_setting(conversations: list[Conversation], segments: dict[str, list[Segm
     return rows
 
 
+def depth_curve(conversations: list[Conversation], segments: dict[str, list[Segment]], encoder: CachedEncoder,
+                base: RouterConfig, depths: Sequence[int]) -> dict[str, dict]:
+    """Evidence recall of the first ``d`` segments of ``base``'s whole ranking (fusion with no cap, the newest
+    not added) for each depth ``d``, overall and per category: how deep the evidence lies, so what a re-ranker of
+    the top ``d`` could reach at best with 5 segments."""
+    full = _with(base, mode="fusion", max_segments=1000, include_newest=False)
+    recall: dict[int, list[float]] = {d: [] for d in depths}
+    cats: list[int] = []
+    for conv in conversations:
+        questions = [q for q in conv.questions if q.category in CATEGORIES and q.evidence]
+        by_id = {s.id: s for s in segments[conv.sample_id]}
+        router = EpisodicRouter(encoder, full)
+        router.add(segments[conv.sample_id])
+        for q, acts in zip(questions, router.route_batch([q.question for q in questions]), strict=True):
+            cats.append(q.category)
+            for d in depths:
+                recall[d].append(evidence_recall([by_id[a.segment_id] for a in acts[:d]], q))
+    cat = np.array(cats)
+    return {str(d): {"evidence_recall": round(float(np.mean(r)), 4),
+                     "recall_by_category": {str(c): round(float(np.array(r)[cat == c].mean()), 4) for c in CATEGORIES}}
+            for d, r in recall.items()}
+
+
 def parse_pairs(text: str) -> list[tuple[int, int]]:
     """'2:2,3:1' -> [(2, 2), (3, 1)] (k_vec:k_kw)."""
     pairs = []
@@ -186,6 +209,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="union settings as k_vec:k_kw pairs")
     parser.add_argument("--fusion-max", default="3,4,5", help="fusion max_segments values")
     parser.add_argument("--newest", default="extra,off", help=f"newest handling, from {','.join(NEWEST)}")
+    parser.add_argument("--depths", default="", help="also: evidence recall of the first d segments of the "
+                        "configured ranking, e.g. 5,8,10,15 (per segment size and chunking; JSON key depth_curve)")
     parser.add_argument("--counter", choices=["auto", "estimate"], default="auto",
                         help="token counter: auto = SmolLM2's tokenizer when cached, else the estimate")
     args = parser.parse_args(argv)
@@ -207,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     questions = [q for c in conversations for q in c.questions if q.category in CATEGORIES and q.evidence]
     encoder.prime([q.question for q in questions], is_query=True)
 
-    results, segment_stats = [], []
+    results, segment_stats, curves = [], [], []
     for size in parse_int_list(args.sizes):
         segments = {
             c.sample_id: segment_turns(c.turns, size, args.overlap, count_tokens=count) for c in conversations
@@ -223,6 +248,10 @@ def main(argv: list[str] | None = None) -> None:
                           is_query=False, label=f"route-recall-{chunking}")
             for row in run_setting(conversations, segments, encoder, vs, desc=f"size {size}, {chunking}"):
                 results.append({"size": size, "chunking": chunking, **row})
+            if args.depths:
+                curves.append({"size": size, "chunking": chunking, "depths": depth_curve(
+                    conversations, segments, encoder, _with(cfg.router, chunking=chunking),
+                    parse_int_list(args.depths))})
 
     within5 = [r for r in results if r["segments_max"] <= 5]
     best = max(within5, key=lambda r: r["evidence_recall"]) if within5 else None
@@ -234,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
         "embedder": cfg.embedder.model,
         "bm25": {"idf": cfg.router.bm25_idf, "stop_words": cfg.router.bm25_stop_words, "stem": cfg.router.bm25_stem},
         "segments": segment_stats, "best_at_most_5": best, "results": results,
+        **({"depth_curve": curves} if curves else {}),
     }
     (out_dir / "results.json").write_text(json.dumps(payload, indent=1))
     _print_table(results)
