@@ -205,7 +205,9 @@ def main(argv: list[str] | None = None) -> None:
     payload = {
         "conversations": len(convs), "turns_loaded": turns_loaded, "admission": args.admission,
         "journal": storage is not None,
-        "backend": args.backend, "proxy": args.proxy, "startup_s": startup_s, "summaries_wait_s": summaries_wait_s,
+        "backend": args.backend, "proxy": args.proxy, "serve_env": {k: v for k, v in os.environ.items()
+                                                                    if k.startswith("RAY_SERVE_")},
+        "startup_s": startup_s, "summaries_wait_s": summaries_wait_s,
         "ingest_turns_per_s": ingest, "embed_only_per_s": embed_only, "ingest_over_embed": ingest / embed_only,
         "search_p50_ms": {k: v["p50"] for k, v in search.items()},
         "search_p95_ms": {k: v["p95"] for k, v in search.items()},

@@ -82,15 +82,18 @@ _START_ENV_DEFAULTS = {
 
 
 def start_command(
-    config: Path, environ: Mapping[str, str], python: str = sys.executable
+    config: Path, environ: Mapping[str, str], python: str = sys.executable, *, haproxy: bool = False
 ) -> tuple[list[str], dict[str, str]]:
-    """The ``serve run`` command line and its environment (``environ`` with the defaults for unset keys).
+    """The ``serve run`` command line and its environment (``environ`` with the defaults for unset keys; with
+    ``haproxy``, Serve's HTTP ingress is HAProxy: ``RAY_SERVE_ENABLE_HA_PROXY=1``, docs/cluster.md).
 
     ``start_command(Path("c.yaml"), {}, "/v/bin/python")[0] == ["/v/bin/serve", "run", "c.yaml"]``
     """
     env = dict(environ)
     for key, value in _START_ENV_DEFAULTS.items():
         env.setdefault(key, value)
+    if haproxy:
+        env["RAY_SERVE_ENABLE_HA_PROXY"] = "1"
     return [str(Path(python).with_name("serve")), "run", str(config)], env
 
 
@@ -140,7 +143,7 @@ def _cmd_start(args: argparse.Namespace, _: _Context) -> int:
     config = _resolve_config(args.config)
     if not config.is_file():
         return _fail(f"no Serve config at {config}", code=2)
-    argv, env = start_command(config, os.environ)
+    argv, env = start_command(config, os.environ, haproxy=args.haproxy)
     if not Path(argv[0]).is_file():
         return _fail(f"{argv[0]} not found; install the project with ray[serve] in this environment", code=2)
     auth = served_auth(config)
@@ -190,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("start", help="run the service locally (serve run <config>)")
     s.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="Serve config file")
+    s.add_argument("--haproxy", action="store_true",
+                   help="HAProxy as the HTTP ingress instead of Serve's Python proxy (about half the search latency; "
+                   "the ingress replica's own port then listens on every interface: docs/cluster.md)")
     s.set_defaults(run=_cmd_start)
     add_demo_parser(sub)
 

@@ -231,6 +231,8 @@ def test_start_command_uses_serve_next_to_python_and_env_defaults() -> None:
     assert (env["RAY_USAGE_STATS_ENABLED"], env["HF_HUB_OFFLINE"], env["TRANSFORMERS_OFFLINE"]) == ("0", "1", "1")
     assert env["PATH"] == "/bin"
     assert cli.start_command(Path("c.yaml"), {}, "/p/python")[1]["RAY_AUTH_MODE"] == "disabled"
+    assert "RAY_SERVE_ENABLE_HA_PROXY" not in env  # Serve's own proxy unless asked
+    assert cli.start_command(Path("c.yaml"), {}, "/p/python", haproxy=True)[1]["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
 
 
 def test_start_prints_url_and_loopback_hint_then_execs_serve(monkeypatch, tmp_path, capsys) -> None:
@@ -262,7 +264,7 @@ def test_start_makes_an_admin_key_once_in_the_served_configs_keys_file(monkeypat
     config.write_text("applications:\n  - name: engram\n    import_path: serve.app:build_app\n    args:\n"
                       f"      profile: cpu\n      config: {{auth: {{keys_file: {keys_file}}}}}\n")
     monkeypatch.setattr(cli.os, "execvpe", lambda file, args, env: None)
-    monkeypatch.setattr(cli, "start_command", lambda config, environ: ([sys.executable], dict(environ)))
+    monkeypatch.setattr(cli, "start_command", lambda config, environ, haproxy: ([sys.executable], dict(environ)))
     monkeypatch.delenv("ENGRAM_AUTH__KEYS_FILE", raising=False)
     monkeypatch.delenv("ENGRAM_AUTH__REQUIRED", raising=False)
     KeyStore(keys_file).create(["alice"])  # a tenant key is not enough to administer the service
