@@ -164,11 +164,12 @@ def main(argv: list[str] | None = None) -> None:
         embed_only = len(lines) / (time.perf_counter() - start)
 
         with httpx.Client(base_url=url, timeout=600, headers=bearer(key)) as client:
-            start = time.perf_counter()
+            start, admitted = time.perf_counter(), 0
             for chunk in tqdm(batches(first.turns, args.batch), desc=f"ingest {first.sample_id}",
                               file=sys.stderr):
                 r = client.post("/v1/turns", json=turn_body(first.sample_id, chunk))
                 r.raise_for_status()
+                admitted += r.json()["admitted"]
             ingest = len(first.turns) / (time.perf_counter() - start)
             for conv in convs[1:]:
                 for chunk in tqdm(batches(conv.turns, args.batch), desc=f"ingest {conv.sample_id}",
@@ -208,7 +209,8 @@ def main(argv: list[str] | None = None) -> None:
         "backend": args.backend, "proxy": args.proxy, "serve_env": {k: v for k, v in os.environ.items()
                                                                     if k.startswith("RAY_SERVE_")},
         "startup_s": startup_s, "summaries_wait_s": summaries_wait_s,
-        "ingest_turns_per_s": ingest, "embed_only_per_s": embed_only, "ingest_over_embed": ingest / embed_only,
+        "ingest_turns_per_s": ingest, "admitted_share": admitted / len(first.turns), "embed_only_per_s": embed_only,
+        "ingest_over_embed": ingest / embed_only,
         "search_p50_ms": {k: v["p50"] for k, v in search.items()},
         "search_p95_ms": {k: v["p95"] for k, v in search.items()},
         "search_steps_p50_ms": steps,
@@ -241,6 +243,7 @@ def markdown(p: dict[str, Any]) -> str:
         ("HTTP ingress", "HAProxy" if p.get("proxy") == "haproxy" else "Serve's proxy"),
         (f"ingest, 1 conversation over HTTP (turns/s, admission {p['admission']}, journal {p['journal']})",
          f"{p['ingest_turns_per_s']:.1f}"),
+        ("turns stored by admission (share)", f"{p['admitted_share']:.3f}"),
         ("embedding only, same batches (turns/s)", f"{p['embed_only_per_s']:.1f}"),
         ("ingest / embedding only", f"{p['ingest_over_embed']:.2f}"),
         (f"turns loaded ({p['conversations']} conversations)", str(p["turns_loaded"])),
