@@ -37,6 +37,7 @@ import httpx
 import numpy as np
 from tqdm import tqdm
 
+from bench.cluster import step_medians
 from bench.common import admin_key, bearer, emit_json, setup_logging
 from cluster.local_cluster import LocalCluster, free_port
 from core import timings
@@ -166,9 +167,7 @@ def main(argv: list[str] | None = None) -> None:
         "tier_searches_served": served, "tier_searches_sent": {name: sent[name] for name in served},
         "searches_per_node": {n: len(v) for n, v in by_node.items()},
         "search_p50_ms": {n: _p50([t * 1000 for t, _ in v]) for n, v in by_node.items()},
-        "search_steps_p50_ms": {n: {step: _p50([max(s[step]) for _, s in v if step in s])
-                                    for step in ("embed", "tier.search", "router.route", "app")}
-                                for n, v in by_node.items()},
+        "search_steps_p50_ms": {n: step_medians(v) for n, v in by_node.items()},
     }
     out = args.out or Path(load_config().paths.results_dir) / "two_nodes"
     out.mkdir(parents=True, exist_ok=True)
