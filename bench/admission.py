@@ -11,7 +11,9 @@ Quality: every turn of the split (``--limit N``: the first N turns of each conve
 trained classifier (the committed heads, or folders of ``python -m cluster.train_admission``); precision /
 recall / F1 of ADD against the evidence labels (a turn cited as evidence by a question -> ADD) and the share
 of turns stored. The content-type
-head is scored against the keyword rule it was trained on (``content_type_rule``), on the turns labelled ADD.
+head is scored on the turns labelled ADD against the keyword rule (``content_type_rule``) and, where
+``bench/labels/content_types_teacher.jsonl`` labels them, against the teacher model it is trained on
+(``cluster.content_teacher``; the rule's own agreement with the teacher beside it).
 
 Latency, wall time per turn, embedding included:
 - classifier, batched: turns arrive in stream order in batches of ``--batch``; each batch's new turns are
@@ -47,6 +49,7 @@ from tqdm import tqdm
 from actors.admission import CONTENT_TYPES, AdmissionClassifier, ChunkStream, content_type_rule
 from actors.segmenter import render_turn
 from bench.common import emit_json, percentiles_ms, setup_logging
+from cluster.content_teacher import PACKAGED_LABELS, load_labels
 from cluster.locomo_data import load_locomo, split
 from cluster.train_admission import evidence_labels, prf
 from core.config import REPO_ROOT, load_config
@@ -119,13 +122,13 @@ def random_f1(base_rate: float, share: float) -> float:
     return 2 * base_rate * share / (base_rate + share) if base_rate + share else 0.0
 
 
-def type_agreement(predicted: Sequence[str], rule: Sequence[str]) -> dict[str, Any]:
-    """How the type head's labels agree with the keyword rule it was trained to imitate (its only labels).
+def type_agreement(predicted: Sequence[str], reference: Sequence[str]) -> dict[str, Any]:
+    """How predicted content types agree with reference ones (the keyword rule's, or the teacher's).
 
     Accuracy, macro-F1 over the types present in either list, per-type precision / recall / support, and
-    the accuracy of always answering the rule's most frequent type (the floor a useless head reaches).
+    the accuracy of always answering the reference's most frequent type (the floor a useless head reaches).
     """
-    pred, gold = np.asarray(predicted, dtype=object), np.asarray(rule, dtype=object)
+    pred, gold = np.asarray(predicted, dtype=object), np.asarray(reference, dtype=object)
     if not len(gold):
         return {"n": 0, "accuracy": 0.0, "macro_f1": 0.0, "majority_accuracy": 0.0, "per_type": {}}
     present = [t for t in CONTENT_TYPES if (pred == t).any() or (gold == t).any()]
@@ -207,13 +210,18 @@ def markdown(summary: dict[str, Any]) -> str:
         f"p50 split: embed {summary['classifier_parts_p50_ms']['embed']:.1f} ms + classify "
         f"{summary['classifier_parts_p50_ms']['classify']:.1f} ms."
     )
-    types = summary["content_type_vs_rule"]
-    tail += (
-        f"\ncontent type head vs the keyword rule, on the {types['n']} turns the evidence labels call ADD: "
-        f"accuracy {types['accuracy']:.3f} (always the rule's most frequent type: {types['majority_accuracy']:.3f}), "
-        f"macro-F1 {types['macro_f1']:.3f}; per type (F1 / support): "
-        + ", ".join(f"{t} {v['f1']:.2f}/{v['support']}" for t, v in types["per_type"].items()) + "."
-    )
+    for key, what in (("content_type_vs_rule", "content type head vs the keyword rule"),
+                      ("content_type_vs_teacher", "content type head vs the teacher"),
+                      ("rule_vs_teacher", "keyword rule vs the teacher")):
+        types = summary.get(key)
+        if not types:
+            continue
+        tail += (
+            f"\n{what}, on the {types['n']} turns the evidence labels call ADD: accuracy {types['accuracy']:.3f} "
+            f"(always the most frequent reference type: {types['majority_accuracy']:.3f}), macro-F1 "
+            f"{types['macro_f1']:.3f}; per type (F1 / support): "
+            + ", ".join(f"{t} {v['f1']:.2f}/{v['support']}" for t, v in types["per_type"].items()) + "."
+        )
     variants = [
         "\n| weights | exit after layers | backbone | precision | recall | F1 | stored | p50 ms (batch 1, embed "
         "included) | classify p50 ms | ms/turn batched | speedup p50 | agreement with the first row |",
@@ -301,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     bat_g = {k: float(np.median(v[2])) for k, v in generative.items()}
     adds = [d.content_type for d in decisions if d.op == "ADD"]
     labelled_add = np.flatnonzero(gold)  # the type head trains on ADD chunks: score it on those
+    teacher = load_labels(PACKAGED_LABELS) if PACKAGED_LABELS.exists() else {}
+    taught = [i for i in labelled_add if (turns[i].conv_id, turns[i].dia_id) in teacher]
+    taught_types = [teacher[(turns[i].conv_id, turns[i].dia_id)] for i in taught]
     summary = {
         "split": args.split,
         "turns": len(turns),
@@ -331,6 +342,10 @@ def main(argv: list[str] | None = None) -> int:
         "content_types_of_add": {t: adds.count(t) for t in CONTENT_TYPES},
         "content_type_vs_rule": type_agreement([decisions[i].content_type for i in labelled_add],
                                                [content_type_rule(turns[i].text) for i in labelled_add]),
+        "content_type_vs_teacher": type_agreement([decisions[i].content_type for i in taught], taught_types)
+        if taught else None,
+        "rule_vs_teacher": type_agreement([content_type_rule(turns[i].text) for i in taught], taught_types)
+        if taught else None,
         "limit": args.limit,
     }
     out = Path(cfg.paths.results_dir)

@@ -5,7 +5,9 @@
 Labels (docs/admission.md):
 - operation: a train turn whose ``dia_id`` is in some question's ``evidence`` -> ADD, else NOOP
   (LoCoMo evidence annotations; ~24% ADD over all 10 conversations);
-- content type (ADD turns only): :func:`actors.admission.content_type_rule`, a keyword rule over the text.
+- content type (ADD turns only): ``admission.type_labels`` — by default the teacher's labels committed in
+  ``bench/labels/content_types_teacher.jsonl`` (``python -m cluster.content_teacher``: Qwen2.5-Coder-1.5B
+  restricted to the six types), or ``rule``: :func:`actors.admission.content_type_rule`, a keyword rule.
 
 Conversations 1–7 are the train split; ``admission.holdout_conversation`` (default conv-47) is held out for
 early stopping and for the decision threshold (the one with the best held-out F1). The test split is never
@@ -20,11 +22,12 @@ service reads ``admission.weights``: 'packaged' = the committed ``actors/admissi
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,9 +53,35 @@ from cluster.embedding_cache import embed_cached
 from core.config import AdmissionConfig, EngramConfig, load_config
 
 log = logging.getLogger(__name__)
-LABEL_SOURCE = (
-    "op: dia_id in some question's evidence -> ADD (LoCoMo); content type: actors.admission.content_type_rule"
-)
+IGNORE = -100  # a turn without a content-type label (cross-entropy's ignore_index)
+
+
+def label_source(type_labels: str) -> str:
+    """The label provenance written into the trained settings."""
+    types = ("actors.admission.content_type_rule" if type_labels == "rule"
+             else f"teacher labels {teacher_labels_path(type_labels).name} (cluster.content_teacher)")
+    return f"op: dia_id in some question's evidence -> ADD (LoCoMo); content type: {types}"
+
+
+def teacher_labels_path(type_labels: str) -> Path:
+    from cluster.content_teacher import PACKAGED_LABELS
+
+    return PACKAGED_LABELS if type_labels == "teacher" else Path(type_labels)
+
+
+def type_labeller(type_labels: str) -> Callable[[str, Any], int]:
+    """``(sample_id, turn) -> content-type index`` (``IGNORE`` for a turn the teacher file does not label)."""
+    if type_labels == "rule":
+        return lambda _sample_id, turn: CONTENT_TYPES.index(content_type_rule(turn.text))
+    from cluster.content_teacher import load_labels
+
+    path = teacher_labels_path(type_labels)
+    if not path.exists():
+        raise FileNotFoundError(f"admission.type_labels={type_labels!r}: no label file at {path} "
+                                "(write it with python -m cluster.content_teacher, or use 'rule')")
+    labels = load_labels(path)
+    return lambda sample_id, turn: (CONTENT_TYPES.index(labels[(sample_id, turn.dia_id)])
+                                    if (sample_id, turn.dia_id) in labels else IGNORE)
 
 
 def evidence_labels(conversation: Any) -> np.ndarray:
@@ -98,15 +127,18 @@ class ChunkSet:
         return [self.vectors[self.rows[i]] for i in idx]
 
 
-def build_chunkset(conversations: Sequence[Any], vectors: np.ndarray, max_turns: int) -> ChunkSet:
-    """Chunks of every turn of ``conversations``; ``vectors`` holds their turns' embeddings in the same order."""
+def build_chunkset(conversations: Sequence[Any], vectors: np.ndarray, max_turns: int,
+                   type_of: Callable[[str, Any], int] | None = None) -> ChunkSet:
+    """Chunks of every turn of ``conversations``; ``vectors`` holds their turns' embeddings in the same order.
+    ``type_of(sample_id, turn)`` gives a turn's content-type index (default: the keyword rule)."""
+    type_of = type_of or type_labeller("rule")
     rows: list[list[int]] = []
     op, ctype = [], []
     offset = 0
     for conv in conversations:
         rows += [[offset + r for r in chunk] for chunk in chunk_rows(len(conv.turns), max_turns)]
         op.append(evidence_labels(conv))
-        ctype += [CONTENT_TYPES.index(content_type_rule(t.text)) for t in conv.turns]
+        ctype += [type_of(conv.sample_id, t) for t in conv.turns]
         offset += len(conv.turns)
     if offset != len(vectors):
         raise ValueError(f"{len(vectors)} vectors for {offset} turns")
@@ -128,13 +160,13 @@ def train_step(
     op_weight: torch.Tensor,
     content_weight: float,
 ) -> float:
-    """One optimiser step on a batch; the content-type loss counts ADD chunks only. Returns the loss."""
+    """One optimiser step on a batch; the content-type loss counts labelled ADD chunks only. Returns the loss."""
     device = next(model.projector.parameters()).device
     embeds, mask = pad_chunks(chunks)
     op_t, type_t = torch.as_tensor(op, device=device), torch.as_tensor(ctype, device=device)
     op_logits, type_logits = model(embeds.to(device), mask.to(device))
     loss = nn.functional.cross_entropy(op_logits, op_t, weight=op_weight.to(device))
-    add = op_t == 1
+    add = (op_t == 1) & (type_t != IGNORE)
     if content_weight > 0 and bool(add.any()):
         loss = loss + content_weight * nn.functional.cross_entropy(type_logits[add], type_t[add])
     optimizer.zero_grad(set_to_none=True)
@@ -219,7 +251,6 @@ def save(out_dir: Path, model: AdmissionModel, result: FitResult, settings: dict
 def provenance(data_path: Path) -> dict[str, Any]:
     """What trained weights came from: the code's commit (None outside a git checkout; ``dirty`` when the
     tree had changes) and the SHA-256 of the data file."""
-    import hashlib
     import subprocess
 
     from core.config import REPO_ROOT
@@ -252,13 +283,18 @@ def run(cfg: EngramConfig, *, limit: int | None = None, progress: bool = True,
         convs = [type(c)(c.sample_id, c.speakers, c.turns[:limit], c.questions) for c in convs]
     train_convs = [c for c in convs if c.sample_id != acfg.holdout_conversation]
     hold_convs = [c for c in convs if c.sample_id == acfg.holdout_conversation]
+    type_of = type_labeller(acfg.type_labels)
     embedder = Embedder(cfg.embedder)
     sets = []
     for name, group in (("train", train_convs), ("holdout", hold_convs)):
         texts = [render_turn(t) for c in group for t in c.turns]
         vectors, _ = embed_cached(embedder, texts, Path(cfg.paths.cache_dir), label=f"admission-{name}")
-        sets.append(build_chunkset(group, vectors, acfg.max_turns))
+        sets.append(build_chunkset(group, vectors, acfg.max_turns, type_of))
     train, holdout = sets
+    unlabelled = int(((train.op == 1) & (train.ctype == IGNORE)).sum())
+    if unlabelled:
+        log.warning("%d train ADD turns have no content-type label in %s (left out of the type loss)", unlabelled,
+                    acfg.type_labels)
     torch.manual_seed(acfg.seed)
     model = AdmissionModel(load_backbone(acfg.backbone, cfg.paths.cache_dir, acfg.device), embedder.dim,
                            acfg.projector_hidden, exit_layer=acfg.exit_layer).to(acfg.device)
@@ -272,12 +308,15 @@ def run(cfg: EngramConfig, *, limit: int | None = None, progress: bool = True,
     settings = {
         "backbone": acfg.backbone, "exit_layer": model.exit_layer, "embedder": embedder.name,
         "embed_dim": embedder.dim, "projector_hidden": acfg.projector_hidden, "max_turns": acfg.max_turns,
-        "ops": list(OPS), "content_types": list(CONTENT_TYPES), "label_source": LABEL_SOURCE,
+        "ops": list(OPS), "content_types": list(CONTENT_TYPES),
+        "label_source": label_source(acfg.type_labels),
         "threshold": result.threshold, "holdout_conversation": acfg.holdout_conversation,
         "holdout_f1": result.holdout_f1, "history": result.history, "train_seconds": round(result.seconds, 1),
         "trainable_params": trainable, "total_params": total, "class_weights": class_weights(train.op).tolist(),
         "train_chunks": len(train.rows), "train_add": int(train.op.sum()), "limit": limit,
         "config": acfg.model_dump(), "trained_from": provenance(Path(cfg.data.locomo_path)),
+        "type_labels_sha256": None if acfg.type_labels == "rule" else hashlib.sha256(
+            teacher_labels_path(acfg.type_labels).read_bytes()).hexdigest(),
     }
     out_dir = out_dir or weights_dir(cfg.paths.cache_dir)
     save(out_dir, model, result, settings)

@@ -106,6 +106,14 @@ class AdmissionConfig(Section):
     content_loss_weight: float = Field(
         0.5, ge=0, le=10, description="Weight of the content-type cross-entropy (ADD chunks only) in the loss."
     )
+    type_labels: str = Field(
+        "teacher",
+        min_length=1,
+        description="Training: where the content-type labels come from: 'teacher' (the committed labels of "
+        "python -m cluster.content_teacher, Qwen2.5-Coder-1.5B restricted to the six types: "
+        "bench/labels/content_types_teacher.jsonl), a path to such a file, or 'rule' (the keyword rule "
+        "actors.admission.content_type_rule).",
+    )
     max_train_minutes: float = Field(
         20.0,
         gt=0,
