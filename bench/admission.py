@@ -224,15 +224,17 @@ def markdown(summary: dict[str, Any]) -> str:
         )
     variants = [
         "\n| weights | exit after layers | backbone | precision | recall | F1 | stored | p50 ms (batch 1, embed "
-        "included) | classify p50 ms | ms/turn batched | speedup p50 | agreement with the first row |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "included) | classify p50 ms | ms/turn batched | speedup p50 | agreement with the first row | type "
+        "accuracy vs rule | type accuracy vs teacher |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in summary["variants"]:
-        agree = v.get("agreement_with_first")
+        agree, taught = v.get("agreement_with_first"), v.get("type_accuracy_vs_teacher")
         variants.append(
             f"| {v['weights']} | {v['exit_layer']} | {v['dtype']} | {v['precision']:.3f} | {v['recall']:.3f} | "
             f"{v['f1']:.3f} | {v['stored_share']:.3f} | {v['p50_ms']:.1f} | {v['classify_p50_ms']:.1f} | "
-            f"{v['batched_per_turn_ms']:.1f} | {v['speedup_p50']:.1f}x | {'' if agree is None else f'{agree:.3f}'} |"
+            f"{v['batched_per_turn_ms']:.1f} | {v['speedup_p50']:.1f}x | {'' if agree is None else f'{agree:.3f}'} | "
+            f"{v['type_accuracy_vs_rule']:.3f} | {'' if taught is None else f'{taught:.3f}'} |"
         )
     return "\n".join(rows) + "\n" + tail + "\n" + "\n".join(variants) + "\n"
 
@@ -275,6 +277,16 @@ def main(argv: list[str] | None = None) -> int:
     dtypes = [d.strip() for d in (args.dtypes or cfg.admission.dtype).split(",") if d.strip()]
     variants = [time_variant(cfg, w, d, embedder, turns, chunks, embed_batch_s, sample, args.batch, gold)
                 for w in weights for d in dtypes]
+    labelled_add = np.flatnonzero(gold)  # the type head trains on ADD chunks: score it on those
+    teacher = load_labels(PACKAGED_LABELS) if PACKAGED_LABELS.exists() else {}
+    taught = [i for i in labelled_add if (turns[i].conv_id, turns[i].dia_id) in teacher]
+    taught_types = [teacher[(turns[i].conv_id, turns[i].dia_id)] for i in taught]
+    rule_types = [content_type_rule(turns[i].text) for i in labelled_add]
+    for v in variants:
+        v["type_accuracy_vs_rule"] = type_agreement([v["decisions"][i].content_type for i in labelled_add],
+                                                    rule_types)["accuracy"]
+        v["type_accuracy_vs_teacher"] = type_agreement([v["decisions"][i].content_type for i in taught],
+                                                       taught_types)["accuracy"] if taught else None
     first = variants[0]
     decisions, pred = first.pop("decisions"), first.pop("pred")
     cls_s, embed_s, infer_s = first.pop("single_s"), first.pop("embed_s"), first.pop("infer_s")
@@ -308,10 +320,6 @@ def main(argv: list[str] | None = None) -> int:
     bat_c = float(np.median(batch_ms))
     bat_g = {k: float(np.median(v[2])) for k, v in generative.items()}
     adds = [d.content_type for d in decisions if d.op == "ADD"]
-    labelled_add = np.flatnonzero(gold)  # the type head trains on ADD chunks: score it on those
-    teacher = load_labels(PACKAGED_LABELS) if PACKAGED_LABELS.exists() else {}
-    taught = [i for i in labelled_add if (turns[i].conv_id, turns[i].dia_id) in teacher]
-    taught_types = [teacher[(turns[i].conv_id, turns[i].dia_id)] for i in taught]
     summary = {
         "split": args.split,
         "turns": len(turns),
@@ -340,8 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         "generative_dtype": gen_dtype,
         "variants": [{**v, "speedup_p50": min(x["p50"] for x in gen_p.values()) / v["p50_ms"]} for v in variants],
         "content_types_of_add": {t: adds.count(t) for t in CONTENT_TYPES},
-        "content_type_vs_rule": type_agreement([decisions[i].content_type for i in labelled_add],
-                                               [content_type_rule(turns[i].text) for i in labelled_add]),
+        "content_type_vs_rule": type_agreement([decisions[i].content_type for i in labelled_add], rule_types),
         "content_type_vs_teacher": type_agreement([decisions[i].content_type for i in taught], taught_types)
         if taught else None,
         "rule_vs_teacher": type_agreement([content_type_rule(turns[i].text) for i in taught], taught_types)

