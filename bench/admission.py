@@ -281,12 +281,15 @@ def main(argv: list[str] | None = None) -> int:
     teacher = load_labels(PACKAGED_LABELS) if PACKAGED_LABELS.exists() else {}
     taught = [i for i in labelled_add if (turns[i].conv_id, turns[i].dia_id) in teacher]
     taught_types = [teacher[(turns[i].conv_id, turns[i].dia_id)] for i in taught]
-    rule_types = [content_type_rule(turns[i].text) for i in labelled_add]
+    rule_of = {i: content_type_rule(turns[i].text) for i in labelled_add}
+    type_vs: list[tuple[dict[str, Any], dict[str, Any] | None]] = []  # per variant: vs the rule, vs the teacher
     for v in variants:
-        v["type_accuracy_vs_rule"] = type_agreement([v["decisions"][i].content_type for i in labelled_add],
-                                                    rule_types)["accuracy"]
-        v["type_accuracy_vs_teacher"] = type_agreement([v["decisions"][i].content_type for i in taught],
-                                                       taught_types)["accuracy"] if taught else None
+        vs_rule = type_agreement([v["decisions"][i].content_type for i in labelled_add], list(rule_of.values()))
+        vs_teacher = (type_agreement([v["decisions"][i].content_type for i in taught], taught_types)
+                      if taught else None)
+        type_vs.append((vs_rule, vs_teacher))
+        v["type_accuracy_vs_rule"] = vs_rule["accuracy"]
+        v["type_accuracy_vs_teacher"] = vs_teacher["accuracy"] if vs_teacher else None
     first = variants[0]
     decisions, pred = first.pop("decisions"), first.pop("pred")
     cls_s, embed_s, infer_s = first.pop("single_s"), first.pop("embed_s"), first.pop("infer_s")
@@ -348,11 +351,9 @@ def main(argv: list[str] | None = None) -> int:
         "generative_dtype": gen_dtype,
         "variants": [{**v, "speedup_p50": min(x["p50"] for x in gen_p.values()) / v["p50_ms"]} for v in variants],
         "content_types_of_add": {t: adds.count(t) for t in CONTENT_TYPES},
-        "content_type_vs_rule": type_agreement([decisions[i].content_type for i in labelled_add], rule_types),
-        "content_type_vs_teacher": type_agreement([decisions[i].content_type for i in taught], taught_types)
-        if taught else None,
-        "rule_vs_teacher": type_agreement([content_type_rule(turns[i].text) for i in taught], taught_types)
-        if taught else None,
+        "content_type_vs_rule": type_vs[0][0],
+        "content_type_vs_teacher": type_vs[0][1],
+        "rule_vs_teacher": type_agreement([rule_of[i] for i in taught], taught_types) if taught else None,
         "limit": args.limit,
     }
     out = Path(cfg.paths.results_dir)

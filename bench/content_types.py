@@ -8,10 +8,10 @@
   ``bench/labels/content_types_hand.jsonl``: 100 cited LoCoMo turns drawn at random, seed 2026, from both splits,
   leaving out the 32 turns the teacher's prompt was chosen on).
 
-Reports, on the hand-labelled turns, the teacher's and the rule's agreement with the hand labels (accuracy,
-macro-F1, per type), and over every teacher-labelled turn the rule's agreement with the teacher and the
-teacher's type counts. The JSON's last line: ``teacher_vs_hand``, ``rule_vs_hand``, ``rule_vs_teacher``,
-``teacher_counts``.
+Reports (stderr, and ``<results_dir>/content_types/content_types.json``), on the hand-labelled turns, the
+teacher's and the rule's agreement with the hand labels (accuracy, macro-F1, per type), and over every
+teacher-labelled turn the rule's agreement with the teacher and the teacher's type counts. The JSON's last
+line: ``teacher_vs_hand``, ``rule_vs_hand``, ``rule_vs_teacher``, ``teacher_counts``.
 """
 
 from __future__ import annotations
@@ -23,20 +23,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from actors.admission import CONTENT_TYPES, content_type_rule
+from actors.admission import content_type_rule
 from bench.admission import type_agreement
-from cluster.content_teacher import PACKAGED_LABELS, load_labels
+from bench.common import emit_json
+from cluster.content_teacher import PACKAGED_LABELS, load_labels, typed_rows
 
 HAND_LABELS = PACKAGED_LABELS.with_name("content_types_hand.jsonl")
 
 
 def load_hand(path: str | Path) -> list[dict[str, str]]:
     """Rows ``{"sample_id", "dia_id", "text", "hand"}``; an unknown type is an error."""
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    for row in rows:
-        if row["hand"] not in CONTENT_TYPES:
-            raise ValueError(f"{path}: {row['hand']!r} is not a content type")
-    return rows
+    return typed_rows(path, "hand")
 
 
 def compare(hand: list[dict[str, str]], teacher: dict[tuple[str, str], str], texts: dict[tuple[str, str], str]
@@ -62,10 +59,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--data", default=None, help="LoCoMo JSON (default: data.locomo_path of the config)")
     args = parser.parse_args(argv)
     from cluster.locomo_data import load_locomo
-    from core.config import load_config
+    from core.config import REPO_ROOT, load_config
 
+    cfg = load_config()
     teacher = load_labels(args.teacher)
-    convs = load_locomo(args.data or load_config().data.locomo_path)
+    convs = load_locomo(args.data or cfg.data.locomo_path)
     texts = {(c.sample_id, t.dia_id): t.text for c in convs for t in c.turns}
     missing = [k for k in teacher if k not in texts]
     if missing:
@@ -76,7 +74,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{key}: n {v['n']}, accuracy {v['accuracy']:.3f}, macro-F1 {v['macro_f1']:.3f}, per type (F1 / "
               f"support): " + ", ".join(f"{t} {p['f1']:.2f}/{p['support']}" for t, p in v["per_type"].items()),
               file=sys.stderr)
-    print(json.dumps(summary))
+    out = Path(cfg.paths.results_dir)
+    out = (out if out.is_absolute() else REPO_ROOT / out) / "content_types"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "content_types.json").write_text(json.dumps(summary, indent=1) + "\n")
+    emit_json(summary)
     return summary
 
 

@@ -72,16 +72,18 @@ def label_texts(engine: GenerationEngine, turns: Sequence[str]) -> list[str]:
     return labels
 
 
+def typed_rows(path: str | Path, key: str = "type") -> list[dict[str, Any]]:
+    """The rows of a JSONL label file; a row whose ``key`` is not a content type is an error."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    for row in rows:
+        if row[key] not in CONTENT_TYPES:
+            raise ValueError(f"{path}: {row[key]!r} is not a content type")
+    return rows
+
+
 def load_labels(path: str | Path) -> dict[tuple[str, str], str]:
     """``(sample_id, dia_id)`` → type from a teacher-label file (later rows win)."""
-    out: dict[tuple[str, str], str] = {}
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            if row["type"] not in CONTENT_TYPES:
-                raise ValueError(f"{path}: {row['type']!r} is not a content type")
-            out[(row["sample_id"], row["dia_id"])] = row["type"]
-    return out
+    return {(row["sample_id"], row["dia_id"]): row["type"] for row in typed_rows(path)}
 
 
 def pending_turns(conversations: Iterable[Any], turns: str, done: set[tuple[str, str]]) -> list[tuple[Any, Any]]:

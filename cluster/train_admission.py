@@ -49,6 +49,7 @@ from actors.admission import (
     pad_chunks,
     weights_dir,
 )
+from cluster.content_teacher import PACKAGED_LABELS, load_labels
 from cluster.embedding_cache import embed_cached
 from core.config import AdmissionConfig, EngramConfig, load_config
 
@@ -64,8 +65,6 @@ def label_source(type_labels: str) -> str:
 
 
 def teacher_labels_path(type_labels: str) -> Path:
-    from cluster.content_teacher import PACKAGED_LABELS
-
     return PACKAGED_LABELS if type_labels == "teacher" else Path(type_labels)
 
 
@@ -73,8 +72,6 @@ def type_labeller(type_labels: str) -> Callable[[str, Any], int]:
     """``(sample_id, turn) -> content-type index`` (``IGNORE`` for a turn the teacher file does not label)."""
     if type_labels == "rule":
         return lambda _sample_id, turn: CONTENT_TYPES.index(content_type_rule(turn.text))
-    from cluster.content_teacher import load_labels
-
     path = teacher_labels_path(type_labels)
     if not path.exists():
         raise FileNotFoundError(f"admission.type_labels={type_labels!r}: no label file at {path} "
