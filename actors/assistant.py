@@ -6,7 +6,8 @@ An ``AssistantHost`` keeps segments verbatim (one "assistant" per segment) and, 
 
 - ``likelihood`` (default): the segment's lines are ranked by the router's cosine for each line
   (``Activation.line_scores``) plus the idf-weighted share of the question's terms they contain;
-  the best ``shortlist`` lines are re-read by the small model, which scores each by how likely
+  (a question naming exactly one of the segment's speakers takes ``speaker_prior`` off the other
+  speakers' lines); the best ``shortlist`` lines are re-read by the small model, which scores each by how likely
   the question is after the line (mean log-probability of the question's tokens, one scoring
   pass, no generation: query likelihood). A line's evidence score is the sum of both signals,
   each standardised over the question's candidates. Measured on LoCoMo's train split with
@@ -32,7 +33,7 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from actors.segmenter import Segment
+from actors.segmenter import Segment, line_speaker, named_speaker
 from core.evidence import Evidence
 from core.generation import GenerationEngine, GenerationRequest, TokenBill
 
@@ -95,15 +96,18 @@ class AssistantHost:
     # NOTE: class-level defaults, so that snapshots written before these settings existed still load.
     method: Method = "likelihood"
     shortlist: int = 5
+    speaker_prior: float = 0.0
     terms: Callable[[str], list[str]] = staticmethod(words)
     _idf: dict[str, float] | None = None
 
     def __init__(self, engine: GenerationEngine, *, evidence_per_segment: int = 5, method: Method = "likelihood",
-                 shortlist: int = 5, terms: Callable[[str], list[str]] | None = None) -> None:
+                 shortlist: int = 5, terms: Callable[[str], list[str]] | None = None,
+                 speaker_prior: float = 0.0) -> None:
         self.engine = engine
         self.evidence_per_segment = evidence_per_segment
         self.method = method
         self.shortlist = shortlist
+        self.speaker_prior = speaker_prior
         self.terms = terms or words
         self._segments: dict[int, Segment] = {}
         self._idf: dict[str, float] | None = None  # from the held lines; None = to be recounted
@@ -157,14 +161,21 @@ class AssistantHost:
 
     def rank_lines(self, query: SegmentQuery) -> np.ndarray:
         """Per line of the segment: router cosine (when given for every line) + matched share of the
-        question's idf mass."""
+        question's idf mass, minus ``speaker_prior`` for the lines of speakers other than the one the question
+        names (when it names exactly one of the segment's)."""
         seg, idf = self._segments[query.segment_id], self.idf()
         wanted = {t: idf.get(t, 0.0) for t in self.terms(query.question)}
         mass = sum(wanted.values())
         lexical = np.array([sum(wanted.get(t, 0.0) for t in set(self.terms(line))) / mass if mass else 0.0
                             for line in seg.lines])
         dense = np.asarray(query.line_scores, dtype=np.float64)
-        return lexical + dense if len(dense) == len(seg.lines) else lexical
+        score = lexical + dense if len(dense) == len(seg.lines) else lexical
+        if self.speaker_prior:
+            speakers = [line_speaker(line) for line in seg.lines]
+            named = named_speaker(query.question, {s for s in speakers if s})
+            if named is not None:
+                score = score - self.speaker_prior * np.array([s != named for s in speakers])
+        return score
 
     def _by_likelihood(self, queries: list[SegmentQuery]) -> tuple[list[list[Evidence]], TokenBill]:
         picks = []  # per query: (line index, rank score) of its shortlist

@@ -31,6 +31,7 @@ two agree by construction.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -82,6 +83,30 @@ def render_turn(turn: TurnLike, anchor: date | None = None) -> str:
     anchor = anchor or getattr(turn, "anchor", None)
     text = ground(turn.text, anchor) if anchor is not None else turn.text
     return f"[{turn.date_time}] {turn.speaker}: {text}"
+
+
+_RENDERED = re.compile(r"^\[[^\]]*\] ([^:\n]+): ")
+
+
+def line_speaker(line: str) -> str | None:
+    """The speaker of a line :func:`render_turn` wrote, else None.
+
+    >>> line_speaker("[1:56 pm on 8 May, 2023] Caroline: Hi!")
+    'Caroline'
+    """
+    m = _RENDERED.match(line)
+    return m.group(1) if m else None
+
+
+def named_speaker(question: str, speakers: Iterable[str]) -> str | None:
+    """The one of ``speakers`` whose first name is a word of the question, else None (none or several named).
+
+    >>> named_speaker("What did Caroline research?", ["Caroline", "Melanie"])
+    'Caroline'
+    """
+    words = set(re.findall(r"\w+", question.lower()))
+    hits = {s for s in speakers if s.split() and s.split()[0].lower() in words}
+    return hits.pop() if len(hits) == 1 else None
 
 
 def estimate_tokens(text: str) -> int:

@@ -202,10 +202,12 @@ def assistants(shards: Shards, index: int) -> CoreHandle[TenantAssistants]:
 
 
 def assistant_options(config: EngramConfig) -> dict[str, Any]:
-    """``TenantAssistants``' settings as the service configures them (extraction, shortlist, BM25 terms, summaries)."""
+    """``TenantAssistants``' settings as the service configures them (extraction, shortlist, speaker prior, BM25
+    terms, summaries)."""
     ep = config.episodic
     return {"summary_max_tokens": ep.summary_max_tokens, "evidence_per_segment": ep.evidence_per_segment,
-            "method": ep.extraction, "shortlist": ep.shortlist, "terms": line_terms(config.router)}
+            "method": ep.extraction, "shortlist": ep.shortlist, "speaker_prior": ep.speaker_prior,
+            "terms": line_terms(config.router)}
 
 
 SHARD_FIELDS: dict[Kind, str] = {"tier": "tier_shards", "router": "router_shards", "assistants": "assistant_actors"}

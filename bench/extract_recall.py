@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> dict:
             for name, (kind, size) in zip(names, settings, strict=True):
                 method = "choose" if kind == "choose" else "likelihood"
                 hosts[name] = AssistantHost(engine, evidence_per_segment=ep.evidence_per_segment if size is None
-                                            else size, method=method, shortlist=size or ep.shortlist, terms=terms)
+                                            else size, method=method, shortlist=size or ep.shortlist, terms=terms,
+                                            speaker_prior=ep.speaker_prior)
                 hosts[name].add(segments)
             questions = [q for q in conv.questions if q.category in CATEGORIES and q.evidence][: args.limit]
             for q in questions:

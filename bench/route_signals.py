@@ -35,7 +35,7 @@ import numpy as np
 from tqdm import tqdm
 
 from actors.episodic_router import EpisodicRouter, _minmax, bm25_index
-from actors.segmenter import Segment, segment_turns
+from actors.segmenter import Segment, named_speaker, segment_turns
 from bench.common import emit_json, setup_logging
 from bench.route_recall import CachedEncoder, _with, evidence_recall, token_counter
 from cluster.locomo_data import Question, load_locomo, split
@@ -55,17 +55,6 @@ class Conversation:
     questions: list[Question]
     signals: dict[str, np.ndarray]  # name -> (questions, segments)
     labels: np.ndarray  # (questions, segments): the segment holds some of the question's evidence
-
-
-def named_speaker(question: str, speakers: list[str]) -> str | None:
-    """The one speaker whose first name the question holds, else None.
-
-    >>> named_speaker("What did Caroline research?", ["Caroline", "Melanie"])
-    'Caroline'
-    """
-    words = set(re.findall(r"\w+", question.lower()))
-    hits = [s for s in speakers if s.split()[0].lower() in words]
-    return hits[0] if len(hits) == 1 else None
 
 
 def _segment_max(sims: np.ndarray, starts: np.ndarray) -> np.ndarray:

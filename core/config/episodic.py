@@ -41,6 +41,13 @@ class EpisodicConfig(Section):
         description="'likelihood' extraction: lines per segment the small model re-reads; each returned segment "
         "gives at most min(shortlist, evidence_per_segment) lines.",
     )
+    speaker_prior: float = Field(
+        0.0, ge=0, le=10,
+        description="'likelihood' extraction: when the question names exactly one of a segment's speakers (by first "
+        "name), the other speakers' lines lose this much of their shortlist score (line cosine + term match, ~0-2); "
+        "0 (default) disables. LoCoMo train split: 96.6% of such questions' evidence turns are the named speaker's, "
+        "yet 0.3 kept no more evidence with the small model scoring (bench.extract_recall, docs/episodic.md).",
+    )
     answer_max_tokens: int = Field(24, gt=0, le=1024, description="Length cap of the master's short answer.")
     answer_examples: bool = Field(
         True, description="Show the master one worked example (train split) of the question's kind before the "

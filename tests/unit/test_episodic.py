@@ -3,9 +3,10 @@
 import re
 from datetime import datetime, timedelta
 
+import numpy as np
 import pytest
 
-from actors.assistant import AssistantHost, SegmentQuery, line_regex
+from actors.assistant import AssistantHost, SegmentQuery, line_regex, words
 from actors.master import Master, clean_answer, format_date
 from actors.segmenter import segment_turns
 from bench.systems import TENANT, build_system
@@ -286,6 +287,29 @@ def test_likelihood_extraction_takes_the_routers_line_scores_into_the_shortlist(
     wrong_length = [1.0, 0.0]  # not one score per line: ignored rather than misapplied
     [[again]], _ = host.extract([SegmentQuery(seg.id, question, wrong_length)])
     assert again.turn_id == seg.turn_ids[0]
+
+
+def test_speaker_prior_lowers_only_the_other_speakers_lines_when_one_is_named():
+    segs = segments()
+    seg = segs[0]
+    def terms(text):  # NOTE: without the names, so the lexical signal does not favour the named speaker itself
+        return [w for w in words(text) if w not in {"ann", "bob"}]
+
+    plain = AssistantHost(ScriptedEngine(), shortlist=1, terms=terms)
+    biased = AssistantHost(ScriptedEngine(), shortlist=1, terms=terms, speaker_prior=0.3)
+    plain.add(segs)
+    biased.add(segs)
+    bob = [line.split("] ", 1)[1].startswith("Bob:") for line in seg.lines]
+    for question, lowered in (("What did Ann say about topic3?", bob), ("What did Bob say?", [not b for b in bob]),
+                              ("What did Ann tell Bob?", [False] * len(bob)), ("Which topic?", [False] * len(bob))):
+        diff = biased.rank_lines(SegmentQuery(seg.id, question)) - plain.rank_lines(SegmentQuery(seg.id, question))
+        assert np.allclose(diff, [-0.3 if low else 0.0 for low in lowered]), question
+    hint = [0.0] * len(seg.lines)
+    first_bob, first_ann = bob.index(True), bob.index(False)
+    hint[first_bob], hint[first_ann] = 0.9, 0.7  # the router prefers Bob's line by less than the prior
+    query = SegmentQuery(seg.id, "Which line did Ann write?", hint)
+    assert plain.extract([query])[0][0][0].turn_id == seg.turn_ids[first_bob]
+    assert biased.extract([query])[0][0][0].turn_id == seg.turn_ids[first_ann]
 
 
 def test_likelihood_idf_follows_added_and_forgotten_lines():

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from bench.route_signals import _top_mean, conversation_signals, fit_logistic, named_speaker, recall_rows
+from actors.segmenter import line_speaker, named_speaker
+from bench.route_signals import _top_mean, conversation_signals, fit_logistic, recall_rows
 from cluster.locomo_data import Question
 from core.config import RouterConfig
 from tests.doubles import HashingEncoder
@@ -15,6 +16,8 @@ def test_named_speaker_needs_exactly_one_first_name_as_a_word():
     assert named_speaker("What do Ann and Bob share?", speakers) is None
     assert named_speaker("Where did Annabel go?", speakers) is None
     assert named_speaker("What happened?", speakers) is None
+    assert line_speaker("[1:56 pm on 8 May, 2023] Ann Lee: Hi: there") == "Ann Lee"
+    assert line_speaker("no header: here") is None
 
 
 def test_top_mean_averages_each_segments_lines_among_the_best():
