@@ -47,7 +47,7 @@ HEADER = re.compile(r"^\[[^\]]*\] ([^:]+): (.*)$", re.S)
 
 
 @dataclass
-class Conversation:
+class ConversationSignals:
     """One conversation's segments, its lines (segment order, overlaps repeated) and its questions' signals."""
 
     sample_id: str
@@ -72,7 +72,7 @@ def _top_mean(sims: np.ndarray, owner: np.ndarray, n: int, top: int) -> np.ndarr
 
 
 def conversation_signals(sample_id: str, segments: list[Segment], questions: list[Question],
-                         encoder: CachedEncoder, config: RouterConfig, prf_lines: int) -> Conversation:
+                         encoder: CachedEncoder, config: RouterConfig, prf_lines: int) -> ConversationSignals:
     lines = [line for s in segments for line in s.lines]
     parts = [HEADER.match(line) for line in lines]
     speaker = np.array([p.group(1) if p else "" for p in parts])
@@ -91,7 +91,8 @@ def conversation_signals(sample_id: str, segments: list[Segment], questions: lis
     kw = np.vstack([seg_bm25.scores(t) for t in texts])
     n = len(segments)
     signals = {"kw": _minmax(kw)}
-    for name, vectors in (("", encoder.encode(lines)), ("_stripped", encoder.encode(bare))):
+    bare_vectors = encoder.encode(bare)
+    for name, vectors in (("", encoder.encode(lines)), ("_stripped", bare_vectors)):
         sims = q @ vectors.T
         masked = np.where(mask, sims, -1.0)
         signals[f"vec_mean{name}"] = _minmax(_top_mean(sims, owner, n, config.top_chunks))
@@ -100,7 +101,7 @@ def conversation_signals(sample_id: str, segments: list[Segment], questions: lis
     # NOTE: the second round starts from the best first-round lines of the named speaker (dense + BM25 per line)
     line_bm25 = bm25_index(config)
     line_bm25.add(lines)
-    sims = q @ encoder.encode(bare).T
+    sims = q @ bare_vectors.T
     expansion = np.zeros_like(kw)
     for i, text in enumerate(texts):
         line_score = _minmax(np.where(mask[i], sims[i], -1.0)[None])[0] + _minmax(line_bm25.scores(text)[None])[0]
@@ -108,7 +109,7 @@ def conversation_signals(sample_id: str, segments: list[Segment], questions: lis
         expansion[i] = seg_bm25.scores(" ".join(bare[j] for j in best))
     signals["prf_kw"] = _minmax(expansion)
     labels = np.array([[bool(set(qq.evidence) & set(s.turn_ids)) for s in segments] for qq in questions])
-    return Conversation(sample_id, segments, questions, signals, labels)
+    return ConversationSignals(sample_id, segments, questions, signals, labels)
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-2, steps: int = 50) -> np.ndarray:
@@ -123,10 +124,10 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-2, steps: int = 50
     return theta
 
 
-Scoring = Callable[[int, Conversation], np.ndarray]
+Scoring = Callable[[int, ConversationSignals], np.ndarray]
 
 
-def scorings(convs: list[Conversation], weights: list[float], beta: float) -> dict[str, Scoring]:
+def scorings(convs: list[ConversationSignals], weights: list[float], beta: float) -> dict[str, Scoring]:
     out: dict[str, Scoring] = {"kw": lambda _, c: c.signals["kw"]}
     for w in weights:
         for vec in ("vec_mean", "vec_max", "vec_max_speaker", "vec_max_stripped", "vec_max_stripped_speaker"):
@@ -136,7 +137,7 @@ def scorings(convs: list[Conversation], weights: list[float], beta: float) -> di
             lambda _, c, w=w: c.signals["kw"] + w * c.signals["vec_max_stripped_speaker"] + beta * c.signals["prf_kw"])
     names = sorted(convs[0].signals)
 
-    def learned(held: int, conv: Conversation) -> np.ndarray:
+    def learned(held: int, conv: ConversationSignals) -> np.ndarray:
         train = [c for j, c in enumerate(convs) if j != held]
         x = np.concatenate([np.stack([c.signals[k] for k in names], -1).reshape(-1, len(names)) for c in train])
         y = np.concatenate([c.labels.reshape(-1) for c in train]).astype(float)
@@ -147,7 +148,7 @@ def scorings(convs: list[Conversation], weights: list[float], beta: float) -> di
     return out
 
 
-def recall_rows(convs: list[Conversation], score: Scoring, depth: int) -> tuple[np.ndarray, np.ndarray]:
+def recall_rows(convs: list[ConversationSignals], score: Scoring, depth: int) -> tuple[np.ndarray, np.ndarray]:
     recall, cats = [], []
     for j, conv in enumerate(convs):
         s = score(j, conv)
