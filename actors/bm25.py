@@ -75,7 +75,8 @@ def tokenize(text: str, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:
 
 
 @functools.cache
-def _porter() -> Callable[[str], str]:
+def porter() -> Callable[[str], str]:
+    """nltk's Porter stemmer (what LoCoMo's scorer stems with), each word's stem cached."""
     from nltk.stem import PorterStemmer
 
     return functools.lru_cache(maxsize=200_000)(PorterStemmer().stem)
@@ -104,7 +105,7 @@ class StemmedTokenizer:
 
     def __call__(self, text: str) -> list[str]:
         if self._stem is None:
-            self._stem = _porter()
+            self._stem = porter()
         return [self._stem(t) for t in tokenize(text, self.stop_words)]
 
 

@@ -14,7 +14,9 @@ category, as in E-mem's final answer step (a question sent without one is answer
 - the rest get a short phrase, shown how by one worked example of their kind (``episodic.answer_examples``) and
   cleaned of what small models wrap answers in: echoed prompt headers, line numbers and dates, a speaker's name,
   loops, a restated question ("Melanie realized that self-care ..." -> "self-care ..."), every sentence after
-  the first (a list keeps its items), trailing punctuation.
+  the first (a list keeps its items), trailing punctuation; with ``episodic.answer_form`` ``snap`` the cleaned
+  answer becomes the evidence span closest to it, with ``extract`` a one-phrase answer is chosen among the
+  evidence's short phrases (``actors.answer_spans``).
 
 With no evidence at all the answer is "Not mentioned in the conversation" and no model call is made.
 """
@@ -27,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from actors.answer_spans import candidate_spans, snap
 from actors.question_kind import is_yes_no, predict_kind
 from actors.segmenter import estimate_tokens
 from actors.time_expressions import day_text, grounded_values
@@ -222,6 +225,7 @@ class Master:
         self.max_tokens = config.answer_max_tokens
         self.max_evidence = config.master_evidence
         self.not_mentioned = config.not_mentioned
+        self.answer_form = config.answer_form
         self.count = count or token_counter(engine)
         self.examples = EXAMPLES if config.answer_examples else {}
         # NOTE: the longest worked example is taken from every question's budget, so the cut does not depend on kind
@@ -274,7 +278,14 @@ class Master:
         if category == 5 and adversarial and clean_answer(adversarial) != self.not_mentioned:
             return GenerationRequest(messages=messages, choice=[clean_answer(adversarial), self.not_mentioned],
                                      max_tokens=self.max_tokens)
+        if self.extracts(question, category) and (spans := candidate_spans(question, [e.content for e in evidence])):
+            return GenerationRequest(messages=messages, choice=spans, max_tokens=self.max_tokens)
         return GenerationRequest(messages=messages, max_tokens=self.max_tokens)
+
+    def extracts(self, question: str, category: int | None) -> bool:
+        """Whether the answer is chosen among the evidence's phrases (``answer_form: extract``): one-phrase kinds
+        (not dates, lists, false premises or yes/no questions)."""
+        return self.answer_form == "extract" and category in (3, 4, None) and not is_yes_no(question)
 
     def respond_batch(
         self, items: Sequence[tuple[str, Sequence[Evidence], int | None, str | None]]
@@ -289,14 +300,18 @@ class Master:
         requests = [self.request(items[i][0], ordered[i], items[i][2], items[i][3]) for i in todo]
         results = self.engine.generate(requests) if requests else []
         out = [MasterAnswer(self.not_mentioned, [], TokenBill()) for _ in items]
-        for i, res in zip(todo, results, strict=True):
+        for i, req, res in zip(todo, requests, results, strict=True):
             category, evidence = items[i][2], ordered[i]
             if category == 2:  # the chosen line's grounded date ("yesterday [7 May 2023]"), else its own date
                 line = evidence[int(res.text.strip()) - 1]
                 text = next(iter(grounded_values(line.content)), None) or format_date(line.timestamp)
+            elif self.extracts(items[i][0], category) and req.choice:  # one of the evidence's phrases, as chosen
+                text = res.text
             else:  # a list keeps every item; the rest end at their first sentence; no restated question
                 text = clean_answer(res.text, sentence=category != 1)
                 text = (text if _YES_NO.match(text) else drop_restated(text, items[i][0])) or self.not_mentioned
+                if self.answer_form != "free" and text != self.not_mentioned and not _YES_NO.match(text):
+                    text = snap(text, [e.content for e in evidence], items=category == 1)
             out[i] = MasterAnswer(text, evidence, res.bill, res.text)
         return out
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,7 @@ class AskResult:
     route: RouteResult
     answer: MasterAnswer
     assistant_bill: TokenBill
+    offered: list[Evidence] = field(default_factory=list)  # the assistants' evidence, in routing order
 
     @property
     def routed_turn_ids(self) -> list[str]:
@@ -117,7 +118,7 @@ class ReadPath:
             annotate(sp, evidence_turn_ids=[e.turn_id for e in answer.evidence], model_calls=answer.bill.calls,
                      prompt_tokens=answer.bill.prompt_tokens, completion_tokens=answer.bill.completion_tokens)
             text(sp, answer=answer.text)
-        return AskResult(route, answer, bill)
+        return AskResult(route, answer, bill, evidence)
 
     async def search(self, tenant: str, query: str, vector: np.ndarray, k: int, where: MemoryFilter | None = None,
                      threshold: float | None = None) -> tuple[list[Hit], RouteResult]:

@@ -272,6 +272,9 @@ def answer_row(system: str, index: int, q: Question, answer: AnswerLike, latency
         "routed_turn_ids": list(answer.routed_turn_ids), "segments": int(answer.segments),
         "assistant_bill": _bill(answer.assistant_bill), "master_bill": _bill(answer.master_bill),
         "latency_s": latency_s,
+        # what the assistants offered the master, (turn id, score) in routing order: bench.master_context replays
+        # the master's selection from it (absent for systems without assistants)
+        **({"offered": [[t, float(s)] for t, s in answer.offered]} if getattr(answer, "offered", None) else {}),
     }
 
 

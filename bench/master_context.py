@@ -10,6 +10,10 @@ widened by each context setting:
 
 - ``product`` — those lines exactly as the product hands them to the master: reproduces the
   cached answers when the cache is of this code; the share that does is ``same_as_cached``;
+- ``offered`` — everything the assistants offered the master (the cache's ``offered``: turn ids and scores in
+  routing order), selected again by the master as the product selects (best first, ``episodic.master_evidence``
+  lines, cut to the window): replays a change to the selection (fewer lines, a smaller window) as well as the
+  answer step; with the cached settings it reproduces ``product``;
 - ``B:A`` — each line with the ``B`` turns before and ``A`` after it in its session (``0:0``: the
   lines alone), merged, cut to the model's window as the product does; the master orders them in
   dialogue order.
@@ -34,8 +38,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -51,16 +57,21 @@ from core.config import load_config
 from core.evidence import Evidence
 
 PRODUCT = "product"
+OFFERED = "offered"
+# Committed dev-set answers of engram per profile (``dev-engram-<profile>.jsonl``, written by ``bench.locomo --split
+# dev --system engram``; bench/replay/README.md says at which commit): replayed when this code has no cache of its
+# own, so a fresh clone's dev loop starts in minutes, not after an hour of routing and extraction.
+REPLAY_DIR = Path(__file__).resolve().parent / "replay"
 CACHED_SYSTEMS = ("engram", "direct_read")
 
 
 def parse_contexts(text: str) -> list[str]:
-    """'product,0:0,1:1' -> ['product', '0:0', '1:1']; each ``B:A`` with non-negative integers."""
+    """'product,offered,0:0,1:1' -> ['product', 'offered', '0:0', '1:1']; each ``B:A`` with non-negative integers."""
     out = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         before, sep, after = part.partition(":")
-        if part != PRODUCT and not (sep and before.isdigit() and after.isdigit()):
-            raise ValueError(f"{part!r}: give {PRODUCT!r} or turns before:after, e.g. 1:1")
+        if part not in (PRODUCT, OFFERED) and not (sep and before.isdigit() and after.isdigit()):
+            raise ValueError(f"{part!r}: give {PRODUCT!r}, {OFFERED!r} or turns before:after, e.g. 1:1")
         out.append(part)
     return list(dict.fromkeys(out))
 
@@ -77,6 +88,14 @@ def widen(conv: Conversation, turn_ids: Sequence[str], before: int, after: int,
             if conv.turns[index].session == turn.session:
                 keep.add(index)
     return [turn_evidence(conv.turns[i], ground_dates=ground_dates) for i in sorted(keep)]
+
+
+def offered_evidence(conv: Conversation, offered: Sequence[Sequence], ground_dates: bool = False) -> list[Evidence]:
+    """The cache's ``offered`` ([turn id, score] in routing order) as the evidence the assistants handed over: each
+    turn's line as engram stores it, with its score (a turn offered twice, by overlapping segments, stays twice)."""
+    by_id = conv.turn_map()
+    return [replace(turn_evidence(by_id[turn_id], ground_dates=ground_dates), score=float(score))
+            for turn_id, score in offered]
 
 
 def cached_rows(cfg, system: str, data: Path, path: Path | None = None,
@@ -175,6 +194,10 @@ def main(argv: list[str] | None = None) -> dict:
     data = args.data or cfg.data.locomo_path
     convs = split(load_locomo(data), "train")
     caches = {s: cached_rows(cfg, s, data, paths.get(s), args.category) for s in CACHED_SYSTEMS}
+    committed = REPLAY_DIR / f"dev-engram-{args.profile or os.environ.get('ENGRAM_PROFILE') or 'cpu'}.jsonl"
+    if caches["engram"] is None and args.category == "predicted" and committed.is_file():
+        print(f"no engram cache of this code: replaying the committed {committed}", file=sys.stderr)
+        caches["engram"] = locomo.ResultCache(committed)
     if caches["engram"] is None:
         sys.exit("no cached engram answers on the train split for this config and code: run "
                  "`python -m bench.locomo --split dev --system engram` first (or name a cache with --cache)")
@@ -183,6 +206,9 @@ def main(argv: list[str] | None = None) -> dict:
                             if (row := caches["engram"].answered(c.sample_id, i, q)) is not None] for c in convs}
     if not any(picked.values()):
         sys.exit("none of the selected train questions has a cached engram answer yet")
+    if OFFERED in contexts and not all("offered" in row for rows in picked.values() for _, _, row in rows):
+        sys.exit(f"--contexts {OFFERED}: the cache holds no assistants' offers (answered before they were cached): "
+                 "run `python -m bench.locomo --split dev --system engram` again")
 
     from serve.engine import build_engine
 
@@ -199,6 +225,9 @@ def main(argv: list[str] | None = None) -> dict:
             for name in contexts:
                 if name == PRODUCT:  # the cached lines as they are: they fitted the window when answered
                     evidence = [widen(conv, row["evidence_turn_ids"], 0, 0, ep.ground_dates) for _, _, row in items]
+                elif name == OFFERED:  # the master's own selection from what the assistants offered
+                    evidence = [master.select(q.question, offered_evidence(conv, row["offered"], ep.ground_dates))
+                                for _, q, row in items]
                 else:
                     before, after = map(int, name.split(":"))
                     evidence = [master.fit(widen(conv, row["evidence_turn_ids"], before, after, ep.ground_dates),
@@ -212,7 +241,7 @@ def main(argv: list[str] | None = None) -> dict:
                                             "evidence_turn_ids": [e.turn_id for e in answer.evidence],
                                             "master_bill": {"prompt": answer.bill.prompt_tokens,
                                                             "completion": answer.bill.completion_tokens}})
-                    if name == PRODUCT:
+                    if name in (PRODUCT, OFFERED):
                         out["same_as_cached"] = float(answer.text == row["prediction"])
                     scored[name].append(out)
             # NOTE: written after every conversation, so a run cut short still leaves its numbers

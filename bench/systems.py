@@ -48,6 +48,7 @@ class Answer:
     segments: int
     assistant_bill: TokenBill = field(default_factory=TokenBill)
     master_bill: TokenBill = field(default_factory=TokenBill)
+    offered: list[tuple[str, float]] = field(default_factory=list)  # (turn id, score) the assistants offered
 
 
 def turn_evidence(turn: Any, segment_id: int = -1, ground_dates: bool = False) -> Evidence:
@@ -57,9 +58,10 @@ def turn_evidence(turn: Any, segment_id: int = -1, ground_dates: bool = False) -
     return Evidence(turn.turn_id, line, turn.timestamp, segment_id)
 
 
-def _answer(res: MasterAnswer, routed: list[str], segments: int, assistant_bill: TokenBill | None = None) -> Answer:
+def _answer(res: MasterAnswer, routed: list[str], segments: int, assistant_bill: TokenBill | None = None,
+            offered: list[tuple[str, float]] | None = None) -> Answer:
     return Answer(res.text, [e.turn_id for e in res.evidence], routed, segments, assistant_bill or TokenBill(),
-                  res.bill)
+                  res.bill, offered or [])
 
 
 def per_role(engine: Engines) -> dict[Role, GenerationEngine]:
@@ -118,7 +120,8 @@ class InProcessService:
     def ask(self, question: str, *, category: int | None, adversarial: str | None = None) -> Answer:
         q = self.encoder.encode([question], is_query=True)[0]
         result = asyncio.run(self.reads.ask(self.tenant, question, q, category=category, adversarial=adversarial))
-        return _answer(result.answer, result.routed_turn_ids, result.segments, result.assistant_bill)
+        return _answer(result.answer, result.routed_turn_ids, result.segments, result.assistant_bill,
+                       [(e.turn_id, e.score) for e in result.offered])
 
 
 class DirectRead(InProcessService):

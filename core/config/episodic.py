@@ -54,6 +54,13 @@ class EpisodicConfig(Section):
         "question, as an earlier chat turn: small models copy an answer's form better than they follow an "
         "instruction (actors/master.py: EXAMPLES). Its tokens come off the evidence budget.",
     )
+    answer_form: Literal["free", "snap", "extract"] = Field(
+        "free",
+        description="How the master's short answers keep to the evidence's words (actors/answer_spans.py): 'free' "
+        "generation, cleaned; 'snap': the free answer replaced by the evidence span closest to it (token F1 >= 0.5; "
+        "a list item by item); 'extract': the answer chosen among the evidence lines' short phrases (a constrained "
+        "choice), lists and yes/no questions as 'snap'. Dates and false-premise choices are unaffected.",
+    )
     master_evidence: int = Field(
         12, gt=0, le=10_000,
         description="Most evidence lines the master reads (best-routed segments first); E-mem's aggregator "

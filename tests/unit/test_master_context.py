@@ -4,8 +4,10 @@ from datetime import datetime
 
 import pytest
 
-from actors.master import dialogue_order
-from bench.master_context import parse_cache_paths, parse_contexts, widen
+from actors.master import Master, dialogue_order
+from bench.master_context import offered_evidence, parse_cache_paths, parse_contexts, widen
+from core.config.episodic import EpisodicConfig
+from tests.doubles import ScriptedEngine
 from cluster.locomo_data import Conversation, Turn
 
 
@@ -20,6 +22,7 @@ def _conversation() -> Conversation:
 
 def test_parse_contexts():
     assert parse_contexts("product, 0:0,1:1,1:1") == ["product", "0:0", "1:1"]
+    assert parse_contexts("offered,product") == ["offered", "product"]
     for bad in ("1", "a:b", "1:-1", "full"):
         with pytest.raises(ValueError, match="before:after"):
             parse_contexts(bad)
@@ -52,3 +55,15 @@ def test_widen_grounds_relative_dates_as_engram_stores_the_lines():
                          turn.date_time, turn.timestamp)
     assert widen(conv, ["D1:1"], 0, 0)[0].content == "[some date] Ann: we met yesterday"
     assert widen(conv, ["D1:1"], 0, 0, ground_dates=True)[0].content == "[some date] Ann: we met yesterday [7 May 2023]"
+
+
+def test_offered_evidence_is_selected_again_as_the_product_selects():
+    """The cache's offers (turn id, score, in routing order; a turn twice from overlapping segments) become evidence
+    lines with their scores; the master keeps the best ``master_evidence`` of them, each turn once."""
+    conv = _conversation()
+    offered = [["D1:3", 0.5], ["D1:9", 2.0], ["D1:3", 1.5], ["D2:1", -1.0], ["D1:1", 1.0]]
+    evidence = offered_evidence(conv, offered)
+    assert [(e.turn_id, e.score) for e in evidence] == [tuple(o) for o in offered]
+    assert evidence[1].content == "[some date] Ann: line 1.9"
+    master = Master(ScriptedEngine(), EpisodicConfig(master_evidence=3))
+    assert [e.turn_id for e in master.select("q?", evidence)] == ["D1:9", "D1:3", "D1:1"]

@@ -106,6 +106,8 @@ def test_write_ask_search_and_tenant_operations_end_to_end() -> None:
         result = await svc.reads.ask("alice", "What about topic3 and number 1013?", q, category=4)
         assert result.answer.text == "a short answer" and result.answer.evidence
         assert {e.turn_id for e in result.answer.evidence} <= set(result.routed_turn_ids)
+        # what the assistants offered (replayed by bench.master_context): the master read the best of it
+        assert {e.turn_id for e in result.answer.evidence} <= {e.turn_id for e in result.offered}
         assert result.assistant_bill.calls > 0 and result.segments >= 1
         hits, route = await svc.reads.search("alice", "number 1013", q, 3)
         assert hits and route.activations
