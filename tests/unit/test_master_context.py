@@ -6,9 +6,9 @@ import pytest
 
 from actors.master import Master, dialogue_order
 from bench.master_context import offered_evidence, parse_cache_paths, parse_contexts, widen
+from cluster.locomo_data import Conversation, Turn
 from core.config.episodic import EpisodicConfig
 from tests.doubles import ScriptedEngine
-from cluster.locomo_data import Conversation, Turn
 
 
 def _conversation() -> Conversation:
