@@ -90,18 +90,19 @@ def snap(answer: str, lines: Sequence[str], *, min_f1: float = 0.5, max_words: i
         return ", ".join(snap(part.strip(), lines, min_f1=min_f1, max_words=max_words)
                          for part in answer.split(",") if part.strip())
     limit = max(max_words, len(answer.split()) + 2)
-    best, best_f1 = answer, min_f1
+    best: str | None = None
+    best_f1 = min_f1
     for span in spans(lines, limit):
         f1 = token_f1(answer, span)
-        if f1 > best_f1 or (f1 == best_f1 and best is not answer and len(span) < len(best)):
+        if f1 > best_f1 or (f1 == best_f1 and (best is None or len(span) < len(best))):
             best, best_f1 = span, f1
-    return best
+    return answer if best is None else best
 
 
 def candidate_spans(question: str, lines: Sequence[str], *, max_words: int = 4, limit: int = 256) -> list[str]:
     """Short phrases of the lines a constrained answer may be: runs of 1..``max_words`` words of one clause that
-    neither start nor end with a stop word and hold a word the question does not (an answer adds something);
-    the lines' order first (the caller puts the best lines first), at most ``limit``.
+    neither start nor end with a stop word and hold a word the question does not (an answer adds something),
+    in the lines' reading order, at most ``limit``.
 
     >>> candidate_spans("What kind of flooring is Jon looking for?",
     ...                 ["[2 pm] Jon: I'm after Marley flooring, which dance studios use."])[:4]

@@ -23,8 +23,10 @@ gold evidence turns the master read (categories 1-4); master tokens (prompt + co
 questions' cached engram and direct_read scores are shown beside (``cached:<system>``, when that
 system's train answers are cached). Each conversation's questions go to the engine as one batch.
 
-    loopback-only python -m bench.locomo --split dev --system engram       # first, once (~40 min on 2 cores)
+    loopback-only python -m bench.locomo --split dev --system engram       # first, once (~45 min on 2 cores), or
+                                                                           # replay the committed bench/replay file
     python -m bench.master_context --contexts product,0:0,1:1              # minutes
+    ENGRAM_EPISODIC__MASTER_EVIDENCE=5 python -m bench.master_context --contexts offered
     ENGRAM_EPISODIC__GROUND_DATES=false python -m bench.master_context --contexts 0:0 --cache engram=PATH
     python -m bench.master_context --categories 4 --contexts 0:0,1:1
 
