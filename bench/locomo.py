@@ -48,8 +48,7 @@ import inspect
 import json
 import math
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -59,7 +58,16 @@ from tqdm import tqdm
 from bench.common import emit_json, parse_int_list, percentiles_ms, setup_logging
 from bench.locomo_report import write_report
 from bench.locomo_score import CATEGORIES, aggregate, emem_f1, official_f1
-from cluster.locomo_data import SPLITS, Conversation, Question, Turn, load_locomo, split
+from cluster.locomo_data import (  # noqa: F401 (DEV_PER_CATEGORY, select_questions: this module's API too)
+    DEV_PER_CATEGORY,
+    SPLITS,
+    Conversation,
+    Question,
+    Turn,
+    load_locomo,
+    select_questions,
+    split,
+)
 from core.config import REPO_ROOT, EngramConfig, load_config
 from core.generation import TokenBill
 
@@ -102,26 +110,10 @@ class QASystem(Protocol):
 # build_system(name, config, *, encoder, engine) -> QASystem, as bench.systems.build_system.
 SystemFactory = Callable[..., QASystem]
 CATEGORY_MODES = ("predicted", "gold")
-# The dev set: the train split's conversations, the first DEV_PER_CATEGORY questions of each category of each
-# (``--split dev``; ~170 questions). Read-path changes are tuned there; the test split is for the final tables.
-DEV_PER_CATEGORY = 5
 SPLIT_CHOICES = (*SPLITS, "dev")
 
 
 # -- selection and cache ---------------------------------------------------------------------
-def select_questions(conv: Conversation, categories: Iterable[int], limit: int | None,
-                     per_category: int | None = None) -> list[tuple[int, Question]]:
-    """``(index in conv.questions, question)`` for the wanted categories: with ``per_category``, the first that many
-    of each category (in file order); then the first ``limit`` of them."""
-    wanted, seen = set(categories), Counter()
-    chosen = []
-    for i, q in enumerate(conv.questions):
-        if q.category in wanted and (per_category is None or seen[q.category] < per_category):
-            seen[q.category] += 1
-            chosen.append((i, q))
-    return chosen if limit is None else chosen[:limit]
-
-
 def file_digest(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 

