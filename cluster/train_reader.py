@@ -189,7 +189,7 @@ def run(cfg: EngramConfig, *, base: str, rank: int, alpha: float, layers: int, e
     dev_examples = reader_examples(convs, {(c.sample_id, i) for c in convs for i in range(len(c.questions))} - dev,
                                    lines=lines, seed=seed)
     if limit:
-        examples = examples[:limit]
+        examples, dev_examples = examples[:limit], dev_examples[:limit]
     path = resolve_model(base, cfg.paths.cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -216,7 +216,7 @@ def run(cfg: EngramConfig, *, base: str, rank: int, alpha: float, layers: int, e
         "layers": tuned, "lines": lines, "epochs": epochs, "lr": lr, "accumulate": accumulate, "seed": seed,
         "train_examples": len(train), "dev_examples": len(held), "limit": limit, "trainable_params": trainable,
         "dev_loss_before": round(before, 4), "dev_loss_after": round(after, 4), **result,
-        "trained_from": provenance(Path(cfg.data.locomo_path)), "written": datetime.now().isoformat(timespec="s"),
+        "trained_from": provenance(Path(cfg.data.locomo_path)), "written": datetime.now().isoformat(timespec="seconds"),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / SETTINGS_FILE).unlink(missing_ok=True)

@@ -192,3 +192,14 @@ def test_an_example_is_the_masters_own_prompt_with_the_answer_as_target() -> Non
                          "<assistant>")
     assert "Marley flooring" in text  # the worked example, as the product sends it
     assert answer == [*map(ord, "Oregon"), -1]
+
+
+def test_the_service_refuses_to_start_without_the_readers_adapter(tmp_path: Path, monkeypatch) -> None:
+    from core.config import load_config
+    from serve.app import check_ready
+
+    monkeypatch.setattr(model_store, "adapter_folder", lambda model: tmp_path / "nowhere")
+    config = load_config("cpu", {"admission": {"mode": "store_all"}, "auth": {"required": False},
+                                 "models": {"master": "smollm2-135m-reader"}})
+    with pytest.raises(ModelFileError, match="python -m cluster.train_reader --out actors/reader_adapters/"):
+        check_ready(config)
