@@ -58,7 +58,7 @@ from tqdm import tqdm
 from bench.common import emit_json, parse_int_list, percentiles_ms, setup_logging
 from bench.locomo_report import write_report
 from bench.locomo_score import CATEGORIES, aggregate, emem_f1, official_f1
-from cluster.locomo_data import (  # noqa: F401 (DEV_PER_CATEGORY, select_questions: this module's API too)
+from cluster.locomo_data import (
     DEV_PER_CATEGORY,
     SPLITS,
     Conversation,

@@ -46,10 +46,10 @@ from cluster.locomo_data import DEV_PER_CATEGORY, Conversation, Question, Turn, 
 from core.config import EngramConfig, EpisodicConfig, RouterConfig, load_config
 from core.evidence import Evidence
 from core.lora import adapter_state, attach
+from core.model_store import ADAPTER_FILE, ADAPTER_SETTINGS, resolve_model
 
 log = logging.getLogger(__name__)
 
-ADAPTER_FILE, SETTINGS_FILE = "adapter.safetensors", "adapter.json"
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -181,7 +181,6 @@ def run(cfg: EngramConfig, *, base: str, rank: int, alpha: float, layers: int, e
 
     from cluster.locomo_data import load_locomo, split
     from cluster.train_admission import provenance
-    from core.model_store import resolve_model
 
     convs = split(load_locomo(cfg.data.locomo_path), "train")
     dev = dev_skip(convs)
@@ -219,9 +218,9 @@ def run(cfg: EngramConfig, *, base: str, rank: int, alpha: float, layers: int, e
         "trained_from": provenance(Path(cfg.data.locomo_path)), "written": datetime.now().isoformat(timespec="seconds"),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / SETTINGS_FILE).unlink(missing_ok=True)
+    (out_dir / ADAPTER_SETTINGS).unlink(missing_ok=True)
     save_file(adapter_state(model), str(out_dir / ADAPTER_FILE))
-    (out_dir / SETTINGS_FILE).write_text(json.dumps(settings, indent=2))
+    (out_dir / ADAPTER_SETTINGS).write_text(json.dumps(settings, indent=2))
     print(f"wrote {out_dir / ADAPTER_FILE}: dev answer loss {before:.3f} -> {after:.3f} ({result['seconds']:.0f} s)",
           flush=True)
     return settings

@@ -159,31 +159,38 @@ def source_file(model: KnownModel, cache_dir: str | Path | None = None) -> Path:
     return packaged
 
 
-def convert(model: KnownModel, cache_dir: str | Path | None = None, force: bool = False) -> Path:
-    """Convert the model's GGUF to its HF folder and return the folder; a no-op when already done.
-
-    The work happens in a temporary sibling folder that is renamed into place once complete, so two processes
-    converting at once (e.g. two replicas on first use) never see a half-written model."""
-    target = converted_dir(model, cache_dir)
-    if is_converted(target) and not force:
-        return target
-    gguf = source_file(model, cache_dir)
+def publish(target: Path, build: Callable[[Path], object], marker: dict[str, object], force: bool = False) -> None:
+    """Fill a temporary sibling of ``target`` with ``build(tmp)``, write the marker (``marker`` plus the format
+    version and the seconds spent) last, and rename it into place — unless another process finished ``target``
+    first (then its folder is kept; ``force`` replaces it). Two processes building at once (e.g. two replicas on
+    first use) never see a half-written folder."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.perf_counter()
     try:
-        _convert_into(gguf, tmp, model.architecture)
+        build(tmp)
         (tmp / MARKER).write_text(json.dumps({
-            "format_version": FORMAT_VERSION, "model": model.name, "source": str(gguf), "sha256": model.sha256,
-            "seconds": round(time.perf_counter() - t0, 1)}, indent=2))
+            "format_version": FORMAT_VERSION, **marker, "seconds": round(time.perf_counter() - t0, 1)}, indent=2))
         if is_converted(target) and not force:
-            log.info("another process finished converting %s first; keeping %s", model.name, target)
+            log.info("another process finished %s first; keeping it", target)
         else:
             shutil.rmtree(target, ignore_errors=True)  # a half-written or forced-over folder
             os.replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def convert(model: KnownModel, cache_dir: str | Path | None = None, force: bool = False) -> Path:
+    """Convert the model's GGUF to its HF folder (built by :func:`publish`) and return the folder; a no-op when
+    already done."""
+    target = converted_dir(model, cache_dir)
+    if is_converted(target) and not force:
+        return target
+    gguf = source_file(model, cache_dir)
+    t0 = time.perf_counter()
+    publish(target, lambda tmp: _convert_into(gguf, tmp, model.architecture),
+            {"model": model.name, "source": str(gguf), "sha256": model.sha256}, force=force)
     log.info("converted %s -> %s in %.1f s", gguf.name, target, time.perf_counter() - t0)
     return target
 
@@ -238,55 +245,55 @@ def adapter_folder(model: AdaptedModel) -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / model.adapter
 
 
-def adapted_dir(model: AdaptedModel, cache_dir: str | Path | None = None) -> Path:
-    """``<cache_dir>/models/adapted/<name>-<first 12 hex of the adapter file's SHA-256>``."""
+def adapter_file(model: AdaptedModel) -> Path:
+    """The adapter's weights; raises ``ModelFileError``, naming the command that trains it, when missing."""
     weights = adapter_folder(model) / ADAPTER_FILE
     if not weights.is_file():
         raise ModelFileError(f"{model.name}: its adapter {weights} is missing (retrain it with "
                              f"`python -m cluster.train_reader --out actors/{model.adapter}`)")
-    return store(cache_dir) / "adapted" / f"{model.name}-{sha256_of(weights)[:12]}"
+    return weights
+
+
+def adapted_dir(model: AdaptedModel, cache_dir: str | Path | None = None, digest: str | None = None) -> Path:
+    """``<cache_dir>/models/adapted/<name>-<first 12 hex of the adapter file's SHA-256>`` (``digest``: that
+    SHA-256 when the caller has it)."""
+    digest = digest or sha256_of(adapter_file(model))
+    return store(cache_dir) / "adapted" / f"{model.name}-{digest[:12]}"
 
 
 def merge_adapter(model: AdaptedModel, cache_dir: str | Path | None = None) -> Path:
-    """The base model with ``model``'s adapter merged into its weights, as an HF folder; built once (in a
-    temporary sibling renamed into place, the marker written last), a no-op when present."""
-    target = adapted_dir(model, cache_dir)
+    """The base model with ``model``'s adapter merged into its weights, as an HF folder built once by
+    :func:`publish`; a no-op when present."""
+    weights = adapter_file(model)
+    digest = sha256_of(weights)
+    target = adapted_dir(model, cache_dir, digest)
     if is_converted(target):
         return target
     base = known(model.base)
     if base is None:
         raise ValueError(f"{model.name}: base {model.base!r} is not a registry model")
     base_dir = convert(base, cache_dir)
-    import torch
-    from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
-
-    from core.lora import merge
-
-    folder = adapter_folder(model)
-    settings = json.loads((folder / ADAPTER_SETTINGS).read_text())
+    settings = json.loads((weights.parent / ADAPTER_SETTINGS).read_text())
     if settings.get("base") != base.name:
-        raise ModelFileError(f"{folder} adapts {settings.get('base')!r}, not {base.name!r}")
-    t0 = time.perf_counter()
-    loaded = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
-    merged = merge(loaded, load_file(str(folder / ADAPTER_FILE)), float(settings["scale"]))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+        raise ModelFileError(f"{weights.parent} adapts {settings.get('base')!r}, not {base.name!r}")
+
+    def build(tmp: Path) -> None:
+        import torch
+        from safetensors.torch import load_file
+        from transformers import AutoModelForCausalLM
+
+        from core.lora import merge
+
+        loaded = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+        merge(loaded, load_file(str(weights)), float(settings["scale"]))
         loaded.save_pretrained(tmp)
         for f in base_dir.iterdir():  # the tokenizer's files, as they are
             if f.is_file() and f.name.startswith(TOKENIZER_FILES):
                 shutil.copy2(f, tmp / f.name)
-        (tmp / MARKER).write_text(json.dumps({
-            "format_version": FORMAT_VERSION, "model": model.name, "base": base.name, "base_sha256": base.sha256,
-            "adapter": model.adapter, "adapter_sha256": sha256_of(folder / ADAPTER_FILE),
-            "merged_modules": len(merged), "seconds": round(time.perf_counter() - t0, 1)}, indent=2))
-        if not is_converted(target):
-            shutil.rmtree(target, ignore_errors=True)
-            os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    t0 = time.perf_counter()
+    publish(target, build, {"model": model.name, "base": base.name, "base_sha256": base.sha256,
+                            "adapter": model.adapter, "adapter_sha256": digest})
     log.info("merged %s's adapter into %s -> %s in %.1f s", model.name, base.name, target, time.perf_counter() - t0)
     return target
 

@@ -40,7 +40,7 @@ def check_ready(config: EngramConfig) -> None:
     for engine, roles in pools(config).values():
         tuned = model_store.adapted(engine.model)
         if tuned is not None:
-            model_store.adapted_dir(tuned)  # raises ModelFileError, naming the retrain command, without its adapter
+            model_store.adapter_file(tuned)  # raises ModelFileError, naming the retrain command, without its adapter
         model = model_store.known(tuned.base if tuned is not None else engine.model)
         if model is not None and model_store.state(model, engine.cache_dir) == "absent":
             raise FileNotFoundError(
