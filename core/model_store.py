@@ -159,19 +159,20 @@ def source_file(model: KnownModel, cache_dir: str | Path | None = None) -> Path:
     return packaged
 
 
-def publish(target: Path, build: Callable[[Path], object], marker: dict[str, object], force: bool = False) -> None:
+def publish(target: Path, build: Callable[[Path], object], marker: dict[str, object], force: bool = False) -> float:
     """Fill a temporary sibling of ``target`` with ``build(tmp)``, write the marker (``marker`` plus the format
     version and the seconds spent) last, and rename it into place — unless another process finished ``target``
     first (then its folder is kept; ``force`` replaces it). Two processes building at once (e.g. two replicas on
-    first use) never see a half-written folder."""
+    first use) never see a half-written folder. Returns the seconds the build took."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.perf_counter()
     try:
         build(tmp)
+        seconds = time.perf_counter() - t0
         (tmp / MARKER).write_text(json.dumps({
-            "format_version": FORMAT_VERSION, **marker, "seconds": round(time.perf_counter() - t0, 1)}, indent=2))
+            "format_version": FORMAT_VERSION, **marker, "seconds": round(seconds, 1)}, indent=2))
         if is_converted(target) and not force:
             log.info("another process finished %s first; keeping it", target)
         else:
@@ -179,6 +180,7 @@ def publish(target: Path, build: Callable[[Path], object], marker: dict[str, obj
             os.replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return seconds
 
 
 def convert(model: KnownModel, cache_dir: str | Path | None = None, force: bool = False) -> Path:
@@ -188,10 +190,9 @@ def convert(model: KnownModel, cache_dir: str | Path | None = None, force: bool 
     if is_converted(target) and not force:
         return target
     gguf = source_file(model, cache_dir)
-    t0 = time.perf_counter()
-    publish(target, lambda tmp: _convert_into(gguf, tmp, model.architecture),
-            {"model": model.name, "source": str(gguf), "sha256": model.sha256}, force=force)
-    log.info("converted %s -> %s in %.1f s", gguf.name, target, time.perf_counter() - t0)
+    seconds = publish(target, lambda tmp: _convert_into(gguf, tmp, model.architecture),
+                      {"model": model.name, "source": str(gguf), "sha256": model.sha256}, force=force)
+    log.info("converted %s -> %s in %.1f s", gguf.name, target, seconds)
     return target
 
 
@@ -291,10 +292,9 @@ def merge_adapter(model: AdaptedModel, cache_dir: str | Path | None = None) -> P
             if f.is_file() and f.name.startswith(TOKENIZER_FILES):
                 shutil.copy2(f, tmp / f.name)
 
-    t0 = time.perf_counter()
-    publish(target, build, {"model": model.name, "base": base.name, "base_sha256": base.sha256,
-                            "adapter": model.adapter, "adapter_sha256": digest})
-    log.info("merged %s's adapter into %s -> %s in %.1f s", model.name, base.name, target, time.perf_counter() - t0)
+    seconds = publish(target, build, {"model": model.name, "base": base.name, "base_sha256": base.sha256,
+                                      "adapter": model.adapter, "adapter_sha256": digest})
+    log.info("merged %s's adapter into %s -> %s in %.1f s", model.name, base.name, target, seconds)
     return target
 
 
