@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["LIST", "OTHER", "INFERENCE", "TEMPORAL", "is_yes_no", "predict_kind"]
+__all__ = ["LIST", "OTHER", "INFERENCE", "TEMPORAL", "is_choice", "is_yes_no", "predict_kind"]
 
 LIST, TEMPORAL, INFERENCE, OTHER = 1, 2, 3, 4  # LoCoMo's category numbers for the kinds
 
@@ -39,11 +39,20 @@ LIST_RX = re.compile(
 
 
 YES_NO_RX = re.compile(r"^(?:would|could|should|is|are|was|were|does|do|did|can|will|has|have|had)\b", re.IGNORECASE)
+CHOICE_RX = re.compile(r"\sor\s+[^?]+\?\s*$", re.IGNORECASE)  # "... a beach or the mountains?" (not "and/or")
 
 
 def is_yes_no(question: str) -> bool:
     """Whether the question asks for a yes or a no ("Would Ann enjoy ...?") rather than a phrase."""
-    return bool(YES_NO_RX.match(question.strip()))
+    return bool(YES_NO_RX.match(question.strip())) and not is_choice(question)
+
+
+def is_choice(question: str) -> bool:
+    """Whether the question offers its answers ("Does John live close to a beach or the mountains?"): it is
+    answered with the option the evidence supports, as a phrase, not with a yes or a no ("Answer yes or no." is
+    a yes/no question)."""
+    q = question.strip()
+    return bool(YES_NO_RX.match(q)) and bool(CHOICE_RX.search(q)) and "yes or no" not in q.lower()
 
 
 def predict_kind(question: str) -> int:
@@ -51,6 +60,8 @@ def predict_kind(question: str) -> int:
     q = question.strip()
     if TEMPORAL_RX.search(q):
         return TEMPORAL
+    if is_choice(q):
+        return OTHER
     if INFERENCE_RX.search(q):
         return INFERENCE
     if LIST_RX.search(q):

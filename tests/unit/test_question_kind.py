@@ -46,3 +46,17 @@ def test_yes_no_questions_are_told_from_phrase_questions():
     assert is_yes_no(" Is Deborah married?")
     assert not is_yes_no("What fields would Caroline be likely to pursue?")
     assert not is_yes_no("Which country was Evan visiting?")
+
+
+def test_a_question_that_offers_its_answers_is_a_phrase_question():
+    from actors.question_kind import is_choice, is_yes_no
+
+    for q in ("Does John live close to a beach or the mountains?",
+              "Would Tim enjoy reading books by C. S. Lewis or John Greene?"):
+        assert is_choice(q) and not is_yes_no(q) and predict_kind(q) == OTHER
+    # "yes or no" asked for, "and/or", or a question that is not a yes/no one: not a choice
+    for q in ("Was September a good month for Nate? Answer yes or no.",
+              "Has Tim been to North Carolina and/or Tennesee states in the US?",
+              "What kind of classes or groups has Audrey joined?"):
+        assert not is_choice(q)
+    assert is_yes_no("Has Tim been to North Carolina and/or Tennesee states in the US?")
