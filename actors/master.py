@@ -2,8 +2,8 @@
 in a short phrase. A plain class: ``serve.deployments.MasterService`` hosts it on the model pool.
 
 The evidence lines are sorted oldest first and headed "Evidence, oldest first:" (a longer note that later lines
-hold the latest state cost ~12 tokens a prompt and answered no better on the dev set). Instructions depend on the question's
-category, as in E-mem's final answer step (a question sent without one is answered as the kind
+hold the latest state cost ~12 tokens a prompt and answered no better on the dev set). Instructions depend on the
+question's category, as in E-mem's final answer step (a question sent without one is answered as the kind
 ``actors.question_kind.predict_kind`` reads from its words: temporal, inference, list or other; a question that
 offers its answers, "a beach or the mountains?", is a phrase question, not a yes/no one):
 
