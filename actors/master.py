@@ -2,7 +2,7 @@
 in a short phrase. A plain class: ``serve.deployments.MasterService`` hosts it on the model pool.
 
 The evidence lines are sorted oldest first and headed "Evidence, oldest first:" (a longer note that later lines
-hold the latest state cost ~12 tokens a prompt and answered no better on the dev set). Instructions depend on the
+hold the latest state cost 14 tokens a prompt and answered no better on the dev set). Instructions depend on the
 question's category, as in E-mem's final answer step (a question sent without one is answered as the kind
 ``actors.question_kind.predict_kind`` reads from its words: temporal, inference, list or other; a question that
 offers its answers, "a beach or the mountains?", is a phrase question, not a yes/no one):
@@ -67,8 +67,8 @@ EXAMPLES: dict[int, tuple[tuple[str, ...], str, str]] = {
          "dance studios usually use.",),
         "What kind of flooring is Jon looking for in his dance studio?", "Marley flooring"),
 }
-# NOTE: the system prompt, evidence header, instruction and chat template take ~100 tokens besides the question
-# (counted exactly); each evidence line adds "[12] " and a newline.
+# NOTE: the system prompt, evidence header, instruction and chat template take 59-79 tokens besides the question
+# (SmolLM2's tokenizer, by kind); each evidence line adds "[12] " and a newline.
 PROMPT_MARGIN_TOKENS = 160
 LINE_OVERHEAD_TOKENS = 6
 

@@ -42,17 +42,23 @@ YES_NO_RX = re.compile(r"^(?:would|could|should|is|are|was|were|does|do|did|can|
 CHOICE_RX = re.compile(r"\sor\s+[^?]+\?\s*$", re.IGNORECASE)  # "... a beach or the mountains?" (not "and/or")
 
 
+def _offers_options(question: str) -> bool:
+    """Whether the question ends by offering its answers ("... a beach or the mountains?"), not "yes or no"."""
+    return bool(CHOICE_RX.search(question)) and "yes or no" not in question.lower()
+
+
 def is_yes_no(question: str) -> bool:
     """Whether the question asks for a yes or a no ("Would Ann enjoy ...?") rather than a phrase."""
-    return bool(YES_NO_RX.match(question.strip())) and not is_choice(question)
+    q = question.strip()
+    return bool(YES_NO_RX.match(q)) and not _offers_options(q)
 
 
 def is_choice(question: str) -> bool:
-    """Whether the question offers its answers ("Does John live close to a beach or the mountains?"): it is
-    answered with the option the evidence supports, as a phrase, not with a yes or a no ("Answer yes or no." is
-    a yes/no question)."""
+    """Whether a yes/no-shaped question offers its answers ("Does John live close to a beach or the mountains?"):
+    it is answered with the option the evidence supports, as a phrase, not with a yes or a no ("Answer yes or no."
+    is a yes/no question)."""
     q = question.strip()
-    return bool(YES_NO_RX.match(q)) and bool(CHOICE_RX.search(q)) and "yes or no" not in q.lower()
+    return bool(YES_NO_RX.match(q)) and _offers_options(q)
 
 
 def predict_kind(question: str) -> int:
