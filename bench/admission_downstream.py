@@ -1,6 +1,7 @@
 """Admission downstream on LoCoMo: how well questions are answered when only the admitted turns are stored.
 
     python -m bench.admission_downstream --split test [--system rag] [--limit N] [--seed 0]
+                                         [--category predicted|gold] [--profile cpu|cpu-quality]
 
 Storage policies, one run, the same questions:
 - ``store_all``: every turn.
@@ -14,8 +15,11 @@ Each policy's conversations are cut to the turns it keeps and handed to the LoCo
 (``--system``, default ``rag``: dense + BM25 top turns, then the master; the same small model as every
 other system), which ingests them and answers every selected question. Reported per policy: the share of
 turns stored, ``evidence_stored`` (share of the evidence turns of categories 1–4 that were stored — the
-ceiling of any recall), ``evidence_recall`` and official F1 as ``bench.locomo`` computes them. Answers
-are cached per (system, policy, kept turns, config, code) like ``bench.locomo``'s (resumable).
+ceiling of any recall), ``evidence_recall`` and official F1 as ``bench.locomo`` computes them. Questions are asked
+as ``bench.locomo --category`` says: ``predicted`` (the default) without LoCoMo's category, as ``/v1/ask`` is asked;
+``gold`` with it (and category 5's adversarial answer). ``--profile`` picks the answering models (``cpu-quality``:
+the 1.5B master). Answers are cached per (system, policy, kept turns, config, code, category mode) like
+``bench.locomo``'s (resumable).
 The last stdout line is the JSON summary; the markdown table goes to ``<results_dir>/admission/``.
 """
 
@@ -107,7 +111,8 @@ def markdown(out: dict) -> str:
                     f"{_group(by_read['all'])} | {_group(by_read['none'])} | {r['questions']} |")
     gaps = (out["f1_classifier_minus_random"], out["f1_classifier_minus_store_all"])
     return "\n".join(rows) + (
-        f"\n\nsplit {out['split']}, system {out['system']}, budget {out['budget']:.3f} of turns; classifier "
+        f"\n\nsplit {out['split']}, system {out['system']}, profile {out['profile']}, categories {out['category']}, "
+        f"budget {out['budget']:.3f} of turns; classifier "
         f"minus random {gaps[0]:+.3f} F1, minus store-all {gaps[1]:+.3f}.\n")
 
 
@@ -121,6 +126,10 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
     parser.add_argument("--limit", type=int, default=None, help="first N selected questions of each conversation")
     parser.add_argument("--categories", default="1,2,3,4,5", help="comma list of categories 1-5")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random policy")
+    parser.add_argument("--category", choices=locomo.CATEGORY_MODES, default="predicted",
+                        help="predicted: the master reads the question's kind from its words (as /v1/ask without a "
+                        "category); gold: LoCoMo's labels and adversarial answers")
+    parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
     parser.add_argument("--results-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     categories = sorted(set(parse_int_list(args.categories)))
@@ -130,7 +139,7 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
         parser.error("--limit must be a positive integer")
 
     setup_logging()
-    cfg = load_config()
+    cfg = load_config(args.profile)
     data = args.data or cfg.data.locomo_path
     convs = split(load_locomo(data), args.split)
     selection = {c.sample_id: locomo.select_questions(c, categories, args.limit) for c in convs}
@@ -148,11 +157,11 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
         for policy in POLICIES:
             keep = policies[policy]
             digest = locomo.config_hash(cfg, f"{args.system}@{policy}", data_digest=data_digest + _keep_digest(keep),
-                                        code_digest=code_digest)
+                                        code_digest=code_digest, category=args.category)
             cache = locomo.ResultCache(cfg.paths.cache_dir / "locomo" / f"admission-{args.system}-{policy}-{digest}"
                                        ".jsonl")
             locomo.run_system(args.system, [cut(c, keep[c.sample_id]) for c in convs], selection, cfg, factory,
-                              models, cache)
+                              models, cache, args.category)
             rows = [locomo.score_row(cache.answered(c.sample_id, i, q))
                     for c in convs for i, q in selection[c.sample_id]]
             summary = locomo.summarise(rows, split_name=args.split, system=args.system)
@@ -165,7 +174,8 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
            "budget": next(r["stored_share"] for r in results if r["policy"] == "classifier"),
            "f1_classifier_minus_random": f1["classifier"] - f1["random"],
            "f1_classifier_minus_store_all": f1["classifier"] - f1["store_all"],
-           "limit": args.limit, "seed": args.seed, "results": results}
+           "limit": args.limit, "seed": args.seed, "category": args.category, "profile": cfg.profile,
+           "results": results}
     out_dir = (args.results_dir or cfg.paths.results_dir) / "admission"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"downstream-{args.split}-{args.system}.md").write_text(markdown(out))

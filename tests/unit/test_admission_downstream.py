@@ -17,11 +17,13 @@ class ReadsAll:
 
     def __init__(self, evidence: dict[str, tuple[str, list[str]]]) -> None:
         self.evidence, self.turns = evidence, None
+        self.asked: list[tuple[int | None, str | None]] = []  # (category, adversarial) of each question
 
     def ingest(self, turns) -> None:
         self.turns = list(turns)
 
-    def ask(self, question: str, *, category: int, adversarial: str | None = None) -> FakeAnswer:
+    def ask(self, question: str, *, category: int | None, adversarial: str | None = None) -> FakeAnswer:
+        self.asked.append((category, adversarial))
         answer, evidence = self.evidence[question]
         ids = [t.dia_id for t in self.turns]
         right = evidence and evidence[0] in ids
@@ -81,6 +83,17 @@ def test_answers_are_cached_per_policy(env):
     first = len(systems)
     run()
     assert len(systems) == first  # everything answered: no system built again
+
+
+def test_questions_go_without_their_category_unless_gold_is_asked_for(env):
+    run, systems, _, _ = env
+    out = run()
+    assert out["category"] == "predicted"
+    assert {a for s in systems for a in s.asked} == {(None, None)}  # as /v1/ask: no label, no adversarial answer
+    first = len(systems)
+    run("--category", "gold")  # another cache: every policy answered again, with the labels
+    gold = [a for s in systems[first:] for a in s.asked]
+    assert gold and all(category is not None for category, _ in gold)
 
 
 def test_random_is_seeded_and_keyword_prefers_memory_words():
