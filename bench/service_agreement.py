@@ -2,7 +2,8 @@
 ``engram``: do the benchmark's numbers hold for what a user of the service gets?
 
     python -m bench.service_agreement [--split test] [--per-category 3] [--categories 1,2,3,4] [--limit N]
-                                      [--conversations N] [--profile cpu] [--compare CACHE.jsonl] [--out DIR]
+                                      [--conversations N] [--profile cpu] [--user-id ID] [--compare CACHE.jsonl]
+                                      [--out DIR]
 
 (through ``bin/loopback-only``: it starts a local Ray and Serve). Steps:
 
@@ -12,8 +13,10 @@
    kinds: the file ``python -m bench.locomo --system engram`` with the same flags writes); ``--compare`` names
    another cache file. Questions missing there are reported and left out of the comparison;
 3. the service: ``serve.app.build_app`` on the profile (store-all admission, as the harness; API keys on) on a free
-   loopback port; each conversation posted as ``engram ingest locomo`` posts it (its own user id, per session,
-   32 turns per request), then a wait until the background summaries are done;
+   loopback port; each conversation posted as ``engram ingest locomo`` posts it (per session, 32 turns per
+   request) as its own user (its sample id), or with ``--user-id`` all as that user, deleted after each
+   conversation; then a wait until the background summaries are done. Where a segment lives (which assistant
+   actor) follows from the user id and the segment id; ``--user-id locomo`` places them as the harness does;
 4. every question asked over HTTP without a category (the master reads the kind from the question, as
    ``bench.locomo --category predicted``), one at a time; answer, evidence read, routed segments' turns, token
    bill and latency kept.
@@ -61,6 +64,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 SYSTEM = "engram"  # the harness system whose answers the service is compared with
+HARNESS_TENANT = "locomo"  # bench.systems.TENANT: the tenant every harness system stores its conversation as
 BATCH = 32  # turns per request, as `engram ingest locomo`
 
 
@@ -115,9 +119,10 @@ def harness_cache(cfg: Any, data: Path) -> Path:
 
 
 def ask_service(convs: Sequence[Conversation], selection: dict[str, list[tuple[int, Question]]], profile: str,
-                out: Path) -> list[dict]:
+                out: Path, user_id: str | None = None) -> list[dict]:
     """Start the service on ``profile``, post each conversation, ask its selected questions; the rows, each also
-    appended to ``out / service.jsonl``."""
+    appended to ``out / service.jsonl``. Each conversation is posted as its own user (its sample id), or all as
+    ``user_id``, which is then deleted after each conversation's questions (the next one starts empty)."""
     import ray
     from ray import serve
 
@@ -145,18 +150,21 @@ def ask_service(convs: Sequence[Conversation], selection: dict[str, list[tuple[i
                 todo = selection[conv.sample_id]
                 if not todo:
                     continue
-                for user_id, session_id, turns in tqdm(list(locomo_batches(conv.turns, conv.sample_id, BATCH)),
-                                                       desc=f"ingest {conv.sample_id}", file=sys.stderr):
-                    client.add_turns(user_id, turns, session_id=session_id)
+                user = user_id or conv.sample_id
+                for _, session_id, turns in tqdm(list(locomo_batches(conv.turns, user, BATCH)),
+                                                 desc=f"ingest {conv.sample_id}", file=sys.stderr):
+                    client.add_turns(user, turns, session_id=session_id)
                 while client.health().background:
                     time.sleep(1.0)
                 for index, q in tqdm(todo, desc=f"ask {conv.sample_id}", file=sys.stderr):
                     start = time.perf_counter()
-                    reply = client.ask(conv.sample_id, q.question)
+                    reply = client.ask(user, q.question)
                     row = service_row(index, q, reply, time.perf_counter() - start)
                     sink.write(json.dumps(row) + "\n")
                     sink.flush()
                     rows.append(row)
+                if user_id is not None:
+                    client.delete_user(user_id)
     finally:
         serve.shutdown()
         ray.shutdown()
@@ -173,7 +181,7 @@ def markdown(payload: dict[str, Any]) -> str:
              "not in it)", "",
              "| side | " + " | ".join(f"F1 {c}" for c in CATEGORIES) + " | F1 1–4 | evidence routed | master tokens "
              "| p50 / p95 ms |",
-             "|---|" + "---|" * (len(CATEGORIES) + 5)]
+             "|---|" + "---|" * (len(CATEGORIES) + 4)]
     for side in ("service", "harness"):
         s = payload[side]
         if s is None:
@@ -200,6 +208,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--limit", type=int, default=None, help="first N selected questions of each conversation")
     parser.add_argument("--conversations", type=int, default=None, help="the split's first N conversations")
     parser.add_argument("--profile", default="cpu", help="config profile of both sides (default cpu)")
+    parser.add_argument("--user-id", default=None,
+                        help="post every conversation as this user, deleted between conversations (default: each "
+                        f"conversation as its own sample id); {HARNESS_TENANT!r} is the harness's tenant, so that "
+                        "segments land on the same assistant actors as in bench.locomo")
     parser.add_argument("--compare", type=Path, default=None,
                         help="bench.locomo cache to compare with (default: engram's for these settings)")
     parser.add_argument("--out", type=Path, default=None, help="results folder (default: results/service_agreement)")
@@ -230,7 +242,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = args.out or Path(cfg.paths.results_dir) / "service_agreement"
     out.mkdir(parents=True, exist_ok=True)
 
-    service = [score_row(r) for r in ask_service(convs, selection, args.profile, out)]
+    service = [score_row(r) for r in ask_service(convs, selection, args.profile, out, args.user_id)]
     harness, kept, missing = [], [], 0
     for row in service:
         q = next(q for i, q in selection[row["conv_id"]] if i == row["q_index"])
@@ -241,7 +253,8 @@ def main(argv: list[str] | None = None) -> dict:
         harness.append(score_row(cached))
         kept.append(row)
     payload = {
-        "split": args.split, "profile": args.profile, "questions": len(service), "compared": len(kept),
+        "split": args.split, "profile": args.profile, "user_id": args.user_id, "questions": len(service),
+        "compared": len(kept),
         "missing_in_harness": missing, "harness_cache": str(compare),
         "service": summarise(kept, split_name=args.split, system="service") if kept else None,
         "harness": summarise(harness, split_name=args.split, system=SYSTEM) if harness else None,

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 
 from bench.locomo import score_row
-from bench.service_agreement import agreement, main, service_row
+from bench.service_agreement import HARNESS_TENANT, agreement, main, service_row
 from cluster.locomo_data import Question
 from serve.schemas import AskResponse
 
@@ -73,3 +73,9 @@ def test_bad_flags_are_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_harness_tenant_is_the_one_bench_systems_stores_under():
+    from bench.systems import TENANT
+
+    assert HARNESS_TENANT == TENANT
