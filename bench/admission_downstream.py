@@ -38,8 +38,7 @@ from tqdm import tqdm
 
 from actors.admission import AdmissionClassifier, ChunkStream, keyword_count
 from bench import locomo
-from bench.common import emit_json, parse_int_list, setup_logging
-from bench.locomo_score import CATEGORIES
+from bench.common import emit_json, setup_logging
 from cluster.locomo_data import SPLITS, Conversation, load_locomo, split
 from core.config import load_config
 
@@ -132,9 +131,7 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
     parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
     parser.add_argument("--results-dir", type=Path, default=None)
     args = parser.parse_args(argv)
-    categories = sorted(set(parse_int_list(args.categories)))
-    if not set(categories) <= set(CATEGORIES):
-        parser.error(f"--categories must be within {CATEGORIES}")
+    categories = locomo.categories_arg(parser, args.categories)
     if args.limit is not None and args.limit <= 0:
         parser.error("--limit must be a positive integer")
 

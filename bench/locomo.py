@@ -420,6 +420,17 @@ def run_system(name: str, convs: Sequence[Conversation], selection: dict[str, li
     bar.close()
 
 
+def categories_arg(parser: argparse.ArgumentParser, text: str) -> list[int]:
+    """``--categories`` as sorted distinct categories; a parser error (exit 2) unless they are within 1-5."""
+    try:
+        categories = sorted(set(parse_int_list(text)))
+    except ValueError as exc:
+        parser.error(f"--categories: {exc}")
+    if not set(categories) <= set(CATEGORIES):
+        parser.error(f"--categories must be within {CATEGORIES}")
+    return categories
+
+
 def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None, encoder: Any = None,
          engine: Any = None) -> dict:
     """Run the benchmark. ``factory`` replaces ``bench.systems.build_system`` (tests pass a fake);
@@ -447,12 +458,7 @@ def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None,
     unknown = [s for s in systems if s not in SYSTEMS]
     if not systems or unknown:
         parser.error(f"--system: unknown {unknown or 'empty'}; known: {', '.join(SYSTEMS)}")
-    try:
-        categories = sorted(set(parse_int_list(args.categories)))
-    except ValueError as exc:
-        parser.error(f"--categories: {exc}")
-    if not set(categories) <= set(CATEGORIES):
-        parser.error(f"--categories must be within {CATEGORIES}")
+    categories = categories_arg(parser, args.categories)
     for flag, value in (("--limit", args.limit), ("--per-category", args.per_category)):
         if value is not None and value <= 0:
             parser.error(f"{flag} must be a positive integer")

@@ -44,11 +44,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bench.common import admin_key, emit_json, parse_int_list, setup_logging
+from bench.common import admin_key, emit_json, setup_logging
 from bench.locomo import (
     RECALL_CATEGORIES,
     ResultCache,
     cache_file,
+    categories_arg,
     code_digest_of,
     config_hash,
     file_digest,
@@ -216,12 +217,7 @@ def main(argv: list[str] | None = None) -> dict:
                         help="bench.locomo cache to compare with (default: engram's for these settings)")
     parser.add_argument("--out", type=Path, default=None, help="results folder (default: results/service_agreement)")
     args = parser.parse_args(argv)
-    try:
-        categories = sorted(set(parse_int_list(args.categories)))
-    except ValueError as exc:
-        parser.error(f"--categories: {exc}")
-    if not set(categories) <= set(CATEGORIES):
-        parser.error(f"--categories must be within {CATEGORIES}")
+    categories = categories_arg(parser, args.categories)
     for flag, value in (("--limit", args.limit), ("--per-category", args.per_category),
                         ("--conversations", args.conversations)):
         if value is not None and value <= 0:
