@@ -66,7 +66,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 SYSTEM = "engram"  # the harness system whose answers the service is compared with
 HARNESS_TENANT = "locomo"  # bench.systems.TENANT: the tenant every harness system stores its conversation as
-BATCH = 32  # turns per request, as `engram ingest locomo`
 
 
 def service_row(index: int, q: Question, reply: Any, latency_s: float) -> dict:
@@ -127,7 +126,7 @@ def ask_service(convs: Sequence[Conversation], selection: dict[str, list[tuple[i
     import ray
     from ray import serve
 
-    from cluster.cli_ingest import locomo_batches
+    from cluster.cli_ingest import DEFAULT_BATCH, locomo_batches
     from cluster.client import EngramClient
     from cluster.local_cluster import free_port
     from serve.app import build_app
@@ -152,7 +151,7 @@ def ask_service(convs: Sequence[Conversation], selection: dict[str, list[tuple[i
                 if not todo:
                     continue
                 user = user_id or conv.sample_id
-                for _, session_id, turns in tqdm(list(locomo_batches(conv.turns, user, BATCH)),
+                for _, session_id, turns in tqdm(list(locomo_batches(conv.turns, user, DEFAULT_BATCH)),
                                                  desc=f"ingest {conv.sample_id}", file=sys.stderr):
                     client.add_turns(user, turns, session_id=session_id)
                 while client.health().background:
