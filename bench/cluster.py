@@ -41,16 +41,21 @@ import httpx
 import numpy as np
 from tqdm import tqdm
 
-from bench.common import admin_key, bearer, emit_json, parse_int_list, percentiles_ms, setup_logging
+from bench.common import (
+    admin_key,
+    bearer,
+    emit_json,
+    offline_service_env,
+    parse_int_list,
+    percentiles_ms,
+    setup_logging,
+)
 from cluster.local_cluster import free_port
 from cluster.locomo_data import load_locomo
 from core import timings
 from core.config import load_config
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+offline_service_env()
 
 
 def turn_body(conv_id: str, turns: list) -> dict[str, Any]:

@@ -17,6 +17,15 @@ from serve.embedder import Embedder
 logger = logging.getLogger(__name__)
 
 
+def offline_service_env() -> None:
+    """Defaults for a benchmark that starts Ray and the service here: Ray's auth off (the same for every Ray
+    process), no usage stats, models from the local cache only. A value already set wins."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
 def warm_up(embedder: Embedder, rounds: int = 20) -> None:
     """NOTE: the first encodes pay for torch's thread pool; run them before anything is timed."""
     for _ in range(rounds):

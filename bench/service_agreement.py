@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import shutil
 import sys
 import tempfile
@@ -44,10 +43,11 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bench.common import admin_key, emit_json, setup_logging
+from bench.common import admin_key, emit_json, offline_service_env, setup_logging
 from bench.locomo import (
     RECALL_CATEGORIES,
     ResultCache,
+    answer_row,
     cache_file,
     categories_arg,
     code_digest_of,
@@ -57,31 +57,25 @@ from bench.locomo import (
     summarise,
 )
 from bench.locomo_score import CATEGORIES
+from bench.systems import TENANT as HARNESS_TENANT  # the tenant every harness system stores its conversation as
+from bench.systems import Answer, build_system
 from cluster.locomo_data import Conversation, Question, load_locomo, select_questions, split
+from core.generation import TokenBill
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+offline_service_env()
 
 SYSTEM = "engram"  # the harness system whose answers the service is compared with
-HARNESS_TENANT = "locomo"  # bench.systems.TENANT: the tenant every harness system stores its conversation as
 
 
 def service_row(index: int, q: Question, reply: Any, latency_s: float) -> dict:
-    """A ``bench.locomo`` question row (``answer_row``'s keys) from a ``POST /v1/ask`` reply
+    """A ``bench.locomo`` question row (:func:`bench.locomo.answer_row`) from a ``POST /v1/ask`` reply
     (``serve.schemas.AskResponse``)."""
-    routed = list(dict.fromkeys(t for seg in reply.segments for t in seg.turn_ids))
     tokens = reply.tokens
-    return {
-        "kind": "question", "system": "service", "conv_id": q.conv_id, "q_index": index, "category": q.category,
-        "question": q.question, "gold": q.answer, "adversarial": q.adversarial, "evidence": list(q.evidence),
-        "prediction": reply.answer, "evidence_turn_ids": [e.turn_id for e in reply.evidence],
-        "routed_turn_ids": routed, "segments": len(reply.segments),
-        "assistant_bill": {"prompt": tokens.assistants.prompt, "completion": tokens.assistants.completion, "calls": 0},
-        "master_bill": {"prompt": tokens.master.prompt, "completion": tokens.master.completion, "calls": 1},
-        "latency_s": latency_s,
-    }
+    answer = Answer(reply.answer, [e.turn_id for e in reply.evidence],
+                    list(dict.fromkeys(t for seg in reply.segments for t in seg.turn_ids)), len(reply.segments),
+                    TokenBill(tokens.assistants.prompt, tokens.assistants.completion),
+                    TokenBill(tokens.master.prompt, tokens.master.completion, 1))
+    return answer_row("service", index, q, answer, latency_s)
 
 
 def agreement(service: Sequence[dict], harness: Sequence[dict]) -> dict[str, Any]:
@@ -111,8 +105,6 @@ def agreement(service: Sequence[dict], harness: Sequence[dict]) -> dict[str, Any
 
 def harness_cache(cfg: Any, data: Path) -> Path:
     """The cache file ``bench.locomo --system engram --category predicted`` uses for ``cfg`` and ``data`` now."""
-    from bench.systems import build_system
-
     digest = config_hash(cfg, SYSTEM, data_digest=file_digest(data), code_digest=code_digest_of(build_system),
                          category="predicted")
     return cache_file(cfg, SYSTEM, digest)
@@ -239,9 +231,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     service = [score_row(r) for r in ask_service(convs, selection, args.profile, out, args.user_id)]
     harness, kept, missing = [], [], 0
+    asked = {(cid, i): q for cid, chosen in selection.items() for i, q in chosen}
     for row in service:
-        q = next(q for i, q in selection[row["conv_id"]] if i == row["q_index"])
-        cached = cache.answered(row["conv_id"], row["q_index"], q) if cache is not None else None
+        key = (row["conv_id"], row["q_index"])
+        cached = cache.answered(*key, asked[key]) if cache is not None else None
         if cached is None:
             missing += 1
             continue

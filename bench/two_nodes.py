@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import shutil
 import signal
 import sys
@@ -38,15 +37,12 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.cluster import step_medians
-from bench.common import admin_key, bearer, emit_json, setup_logging
+from bench.common import admin_key, bearer, emit_json, offline_service_env, setup_logging
 from cluster.local_cluster import LocalCluster, free_port
 from core import timings
 from core.config import load_config
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+offline_service_env()
 
 TOPICS = ("the garden", "a trip to Lisbon", "the new job", "piano lessons", "a broken bike", "the book club")
 
