@@ -10,7 +10,10 @@ An ``AssistantHost`` keeps segments verbatim (one "assistant" per segment) and, 
   speakers' lines); the best ``shortlist`` lines are re-read by the small model, which scores each by how likely
   the question is after the line (mean log-probability of the question's tokens, one scoring
   pass, no generation: query likelihood). A line's evidence score is the sum of both signals,
-  each standardised over the question's candidates. Measured on LoCoMo's train split with
+  each standardised over all of the question's candidates (:func:`fuse`: the read path fuses the
+  candidates of every assistant actor together, so that an answer does not depend on which actor
+  holds which segment; the idf comes with the query from the router, over the user's whole
+  memory, for the same reason). Measured on LoCoMo's train split with
   SmolLM2-135M, this keeps more gold evidence than either signal alone and than the model
   choosing line numbers (docs/episodic.md).
 - ``choose`` (E-mem's way, for larger models): the engine is asked which numbered lines hold the
@@ -28,7 +31,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, KeysView, Sequence
+from collections.abc import Callable, KeysView, Mapping, Sequence
+from dataclasses import replace
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -46,11 +50,13 @@ Method = Literal["likelihood", "choose"]
 
 
 class SegmentQuery(NamedTuple):
-    """One segment to re-read for one question; ``line_scores``: the router's cosine per line, or empty."""
+    """One segment to re-read for one question; ``line_scores``: the router's cosine per line, or empty;
+    ``idf``: the question terms' idf over the user's memory (the router's), or None for the held lines' own."""
 
     segment_id: int
     question: str
     line_scores: Sequence[float] = ()
+    idf: Mapping[str, float] | None = None
 
 
 def words(text: str) -> list[str]:
@@ -65,6 +71,34 @@ def _mean(logprobs: Sequence[float] | None) -> float:
 def _standardise(x: np.ndarray) -> np.ndarray:
     std = float(x.std()) if len(x) else 0.0
     return (x - x.mean()) / std if std > 0 else np.zeros_like(x)
+
+
+def fuse(groups: Sequence[Sequence[Evidence]], most: int) -> list[list[Evidence]]:
+    """One question's candidates (a group per segment, in line order) -> its evidence: each raw signal is
+    standardised over *all* candidates that carry signals, their sum is the score, and each group keeps its
+    ``most`` best lines, still in line order. Evidence without signals (the ``choose`` method) passes unchanged."""
+    scored = [e for group in groups for e in group if e.signals]
+    if not scored:
+        return [list(group) for group in groups]
+    columns = np.array([e.signals for e in scored], dtype=np.float64)
+    fused = iter(sum(_standardise(columns[:, j]) for j in range(columns.shape[1])).tolist())
+    out = []
+    for group in groups:
+        ranked = [replace(e, score=next(fused), signals=()) if e.signals else e for e in group]
+        keep = set(sorted(range(len(ranked)), key=lambda k: -ranked[k].score)[:most])
+        out.append([e for k, e in enumerate(ranked) if k in keep])
+    return out
+
+
+def fuse_each_question(queries: Sequence[SegmentQuery], groups: Sequence[Sequence[Evidence]],
+                        most: int) -> list[list[Evidence]]:
+    """:func:`fuse` the candidates of each question among ``queries`` (a group per query) on their own."""
+    out: list[list[Evidence]] = [[] for _ in queries]
+    for question in dict.fromkeys(q.question for q in queries):
+        mine = [k for k, q in enumerate(queries) if q.question == question]
+        for k, group in zip(mine, fuse([groups[k] for k in mine], most), strict=True):
+            out[k] = group
+    return out
 
 
 def line_regex(n_lines: int, most: int) -> str:
@@ -139,11 +173,25 @@ class AssistantHost:
         return sum(seg.drop_turns(drop) for seg in self._segments.values())
 
     def extract(self, queries: Sequence[SegmentQuery | tuple[int, str]]) -> tuple[list[list[Evidence]], TokenBill]:
-        """Evidence per query, in order (each segment's lines in their order), and the tokens it cost."""
+        """Evidence per query, in order (each segment's lines in their order), and the tokens it cost. The
+        likelihood method's candidates are fused per question over this call's queries; a read over several
+        hosts fuses all their :meth:`candidates` at once instead."""
+        queries = [SegmentQuery(*q) for q in queries]
+        groups, bill = self.candidates(queries)
+        return fuse_each_question(queries, groups, self.lines_kept), bill
+
+    def candidates(self, queries: Sequence[SegmentQuery | tuple[int, str]]) -> tuple[list[list[Evidence]], TokenBill]:
+        """Per query, in line order: the likelihood method's shortlist with raw ``signals`` (rank, likelihood) to
+        :func:`fuse`, or the ``choose`` method's picks; and the tokens it cost."""
         queries = [SegmentQuery(*q) for q in queries]
         if self.method == "likelihood":
             return self._by_likelihood(queries)
         return self._by_choice(queries)
+
+    @property
+    def lines_kept(self) -> int:
+        """Most lines one segment yields after fusion."""
+        return min(self.shortlist, self.evidence_per_segment)
 
     # -- likelihood ------------------------------------------------------------------------
     def idf(self) -> dict[str, float]:
@@ -163,7 +211,8 @@ class AssistantHost:
         """Per line of the segment: router cosine (when given for every line) + matched share of the
         question's idf mass, minus ``speaker_prior`` for the lines of speakers other than the one the question
         names (when it names exactly one of the segment's)."""
-        seg, idf = self._segments[query.segment_id], self.idf()
+        seg = self._segments[query.segment_id]
+        idf = self.idf() if query.idf is None else query.idf
         wanted = {t: idf.get(t, 0.0) for t in self.terms(query.question)}
         mass = sum(wanted.values())
         lexical = np.array([sum(wanted.get(t, 0.0) for t in set(self.terms(line))) / mass if mass else 0.0
@@ -178,33 +227,21 @@ class AssistantHost:
         return score
 
     def _by_likelihood(self, queries: list[SegmentQuery]) -> tuple[list[list[Evidence]], TokenBill]:
-        picks = []  # per query: (line index, rank score) of its shortlist
+        picks = []  # per query: (line index, rank score) of its shortlist, in line order
         for q in queries:
             rank = self.rank_lines(q)
             top = np.argsort(-rank, kind="stable")[: self.shortlist]
-            picks.append([(int(i), float(rank[i])) for i in top])
+            picks.append([(int(i), float(rank[i])) for i in sorted(top)])
         requests = [GenerationRequest(prompt=LIKELIHOOD_PROMPT.format(line=self._segments[q.segment_id].lines[i]),
                                       continuation=f" {q.question}")
                     for q, pick in zip(queries, picks, strict=True) for i, _ in pick]
         results = self.engine.generate(requests)
         it = iter(results)
-        likelihood = [[_mean(next(it).continuation_logprobs) for _ in pick] for pick in picks]
-        # Both signals standardised over all candidates of the same question in this call.
-        fused: list[list[float]] = [[] for _ in queries]
-        for question in {q.question for q in queries}:
-            mine = [k for k, q in enumerate(queries) if q.question == question]
-            rank = np.array([r for k in mine for _, r in picks[k]])
-            lik = np.array([x for k in mine for x in likelihood[k]])
-            both = iter((_standardise(rank) + _standardise(lik)).tolist())
-            for k in mine:
-                fused[k] = [next(both) for _ in picks[k]]
         out = []
-        most = min(self.shortlist, self.evidence_per_segment)
-        for q, pick, scores in zip(queries, picks, fused, strict=True):
+        for q, pick in zip(queries, picks, strict=True):
             seg = self._segments[q.segment_id]
-            best = sorted(range(len(pick)), key=lambda j: -scores[j])[:most]
-            kept = sorted((pick[j][0], scores[j]) for j in best)
-            out.append([Evidence(seg.turn_ids[i], seg.lines[i], seg.timestamps[i], seg.id, score) for i, score in kept])
+            out.append([Evidence(seg.turn_ids[i], seg.lines[i], seg.timestamps[i], seg.id,
+                                 signals=(rank, _mean(next(it).continuation_logprobs))) for i, rank in pick])
         return out, TokenBill.of(results)
 
     # -- choose ----------------------------------------------------------------------------

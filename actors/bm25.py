@@ -125,6 +125,9 @@ class BM25Index(Protocol):
 
     def scores(self, query: str) -> np.ndarray: ...
 
+    def term_idf(self, query: str) -> dict[str, float]:
+        """The idf each of the query's terms has in the scores (a term no document holds: 0)."""
+
     def __len__(self) -> int: ...
 
 
@@ -164,10 +167,19 @@ class RankBM25Index:
     def scores(self, query: str) -> np.ndarray:
         if not any(self._corpus):  # empty corpus or no tokens: BM25Okapi would divide by zero
             return np.zeros(len(self._corpus))
+        return np.asarray(self._built().get_scores(self.tokenizer(query)), dtype=np.float64)
+
+    def term_idf(self, query: str) -> dict[str, float]:
+        if not any(self._corpus):
+            return dict.fromkeys(self.tokenizer(query), 0.0)
+        idf = self._built().idf
+        return {t: float(idf.get(t, 0.0)) for t in self.tokenizer(query)}
+
+    def _built(self) -> BM25Okapi:
         if self._bm25 is None:
             cls = _LuceneBM25 if self.idf == "lucene" else BM25Okapi
             self._bm25 = cls(self._corpus, k1=self.k1, b=self.b, epsilon=self.epsilon)
-        return np.asarray(self._bm25.get_scores(self.tokenizer(query)), dtype=np.float64)
+        return self._bm25
 
 
 class SparseBM25Index:
@@ -186,6 +198,7 @@ class SparseBM25Index:
         self._indices: list[int] = []
         self._counts: list[int] = []
         self._weights: sparse.csc_array | None = None
+        self._term_idf = np.zeros(0)  # per vocabulary term, rebuilt with the weights
 
     def __len__(self) -> int:
         return len(self._indptr) - 1
@@ -225,6 +238,14 @@ class SparseBM25Index:
         q = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
         return np.asarray(weights[:, cols] @ q, dtype=np.float64)
 
+    def term_idf(self, query: str) -> dict[str, float]:
+        terms = self.tokenizer(query)
+        if not len(self) or not self._counts:
+            return dict.fromkeys(terms, 0.0)
+        if self._weights is None or len(getattr(self, "_term_idf", ())) != len(self._vocab):  # NOTE: older snapshots
+            self._build()
+        return {t: float(self._term_idf[j]) if (j := self._vocab.get(t)) is not None else 0.0 for t in terms}
+
     def _idf(self, df: np.ndarray, n_docs: int) -> np.ndarray:
         if self.idf == "lucene":
             return np.maximum(np.log(1 + (n_docs - df + 0.5) / (df + 0.5)), self.epsilon)
@@ -239,7 +260,7 @@ class SparseBM25Index:
         rows = np.repeat(np.arange(n), np.diff(indptr))
         doc_len = np.bincount(rows, weights=tf, minlength=n)
         avgdl = doc_len.sum() / n
-        idf = self._idf(np.bincount(indices, minlength=vocab).astype(np.float64), n)
+        idf = self._term_idf = self._idf(np.bincount(indices, minlength=vocab).astype(np.float64), n)
         norm = self.k1 * (1 - self.b + self.b * doc_len / avgdl)
         data = idf[indices] * tf * (self.k1 + 1) / (tf + norm[rows])
         self._weights = sparse.csr_array((data, indices, indptr), shape=(n, vocab)).tocsc()

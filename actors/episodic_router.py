@@ -247,6 +247,11 @@ class EpisodicRouter:
         return self._chunk_vecs[start:stop].copy(), summary
 
     # -- routing ---------------------------------------------------------------------
+    def term_idf(self, question: str) -> dict[str, float]:
+        """The question's terms' idf over the indexed segments (the ``kw`` path's), the same on every core that
+        reads them: the assistants' term match weighs words by it."""
+        return self._bm25.term_idf(question)
+
     def route(self, question: str, eligible: Collection[int] | None = None) -> list[Activation]:
         """The segments to activate for one question, best first (the newest may come last); with ``eligible``
         (segment ids) among those only (a scoped read: ``actors.scope``)."""

@@ -6,7 +6,9 @@
 1. **route**: the tenant's router core activates segments for the question (summary / dense / BM25 paths) and
    hands back a copy of the open (still filling) segment;
 2. **extract**: the assistant cores that hold the activated segments re-read them for the question, all in
-   parallel (one call per core, its segments in one engine batch); the open segment is read too;
+   parallel (one call per core, its segments in one engine batch); the open segment is read too. Their
+   candidate lines are fused here, all together (``actors.assistant.fuse``), with the router's idf: which core
+   holds which segment (the user id, the number of cores) never changes an answer;
 3. **master**: the assistants' evidence, in routing order, goes to the master (``actors.master.Master``), which
    merges it (best first, each turn once, at most ``episodic.master_evidence`` lines), cuts it to its window,
    orders it by time and answers.
@@ -24,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.assistant import SegmentQuery
+from actors.assistant import SegmentQuery, fuse
 from actors.master import MasterAnswer
 from actors.scope import MemoryFilter, Scope
 from actors.shards import Shards, assistants, router, tier
@@ -59,10 +61,13 @@ class AskResult:
 
 
 class ReadPath:
-    """Answers a tenant's questions from its episodic memory; ``ask_timeout_s`` bounds the assistants' wait."""
+    """Answers a tenant's questions from its episodic memory; ``lines_per_segment``: most evidence lines of one
+    segment (``EpisodicConfig.lines_per_segment``); ``ask_timeout_s`` bounds the assistants' wait."""
 
-    def __init__(self, shards: Shards, master: AnswerStep, *, ask_timeout_s: float | None = None) -> None:
+    def __init__(self, shards: Shards, master: AnswerStep, *, lines_per_segment: int,
+                 ask_timeout_s: float | None = None) -> None:
         self.shards, self.master, self.ask_timeout_s = shards, master, ask_timeout_s
+        self.lines_per_segment = lines_per_segment
 
     async def route(self, tenant: str, question: str, vector: np.ndarray, scope: Scope | None = None) -> RouteResult:
         with span("router.route", core=self.shards.router_index(tenant)) as sp:
@@ -75,7 +80,8 @@ class ReadPath:
 
     async def extract(self, tenant: str, question: str, route: RouteResult) -> tuple[list[Evidence], TokenBill]:
         """The assistants' evidence for the routed segments (in routing order), then the open segment's (a scoped
-        route's ``allowed`` lines only: the router already cut the open segment to them)."""
+        route's ``allowed`` lines only: the router already cut the open segment to them); every core's candidates
+        fused together."""
         groups: dict[int, list[int]] = defaultdict(list)  # assistant core -> ranks of its activations
         for rank, a in enumerate(route.activations):
             groups[self.shards.assistant_index(tenant, a.segment_id)].append(rank)
@@ -89,22 +95,22 @@ class ReadPath:
                          completion_tokens=bill.completion_tokens, model_calls=bill.calls)
                 return found, bill
 
-        calls = [read(i, [route.activations[r].segment_id for r in ranks], assistants(self.shards, i).extract(
-                     tenant, [SegmentQuery(a.segment_id, question, a.line_scores)
+        calls = [read(i, [route.activations[r].segment_id for r in ranks], assistants(self.shards, i).candidates(
+                     tenant, [SegmentQuery(a.segment_id, question, a.line_scores, route.idf)
                               for a in (route.activations[r] for r in ranks)], route.allowed, timeout=wait))
                  for i, ranks in groups.items()]
         if route.open_segment is not None:
             i = self.shards.assistant_index(tenant, route.open_segment.id)
-            calls.append(read(i, [route.open_segment.id],
-                              assistants(self.shards, i).extract_from([route.open_segment], question, timeout=wait)))
+            calls.append(read(i, [route.open_segment.id], assistants(self.shards, i).candidates_from(
+                [route.open_segment], question, route.idf, timeout=wait)))
         results = list(await asyncio.gather(*calls))
         open_found, bill = results.pop() if route.open_segment is not None else ([], TokenBill())
         by_rank: dict[int, list[Evidence]] = {}
         for (_, ranks), (found, b) in zip(groups.items(), results, strict=True):
             by_rank.update(zip(ranks, found, strict=True))
             bill += b
-        evidence = [e for r in sorted(by_rank) for e in by_rank[r]] + [e for group in open_found for e in group]
-        return evidence, bill
+        candidates = [by_rank[r] for r in sorted(by_rank)] + list(open_found)
+        return [e for group in fuse(candidates, self.lines_per_segment) for e in group], bill
 
     async def ask(self, tenant: str, question: str, vector: np.ndarray, *, category: int | None = None,
                   adversarial: str | None = None, scope: Scope | None = None) -> AskResult:

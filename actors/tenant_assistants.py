@@ -7,11 +7,11 @@ is the small-model pool deployment (every actor's requests meet there and are ba
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from actors.assistant import AssistantHost, SegmentQuery
+from actors.assistant import AssistantHost, SegmentQuery, fuse_each_question
 from actors.segmenter import Segment
 from core.evidence import Evidence
 from core.generation import GenerationEngine, GenerationRequest, TokenBill
@@ -94,7 +94,15 @@ class TenantAssistants:
     def extract(self, tenant: str, queries: Sequence[SegmentQuery],
                 only: Collection[str] | None = None) -> tuple[list[list[Evidence]], TokenBill]:
         """Evidence per query, in order; a segment this actor does not hold yields none. ``only`` (turn ids, a
-        scoped read): the segments are read with those lines alone, the others never reach the model."""
+        scoped read): the segments are read with those lines alone, the others never reach the model. Fused over
+        this call's queries: a read over several actors asks for :meth:`candidates` and fuses them all."""
+        queries = [SegmentQuery(*q) for q in queries]
+        groups, bill = self.candidates(tenant, queries, only)
+        return fuse_each_question(queries, groups, self.lines_kept), bill
+
+    def candidates(self, tenant: str, queries: Sequence[SegmentQuery],
+                   only: Collection[str] | None = None) -> tuple[list[list[Evidence]], TokenBill]:
+        """:meth:`extract`'s candidates before fusion (``AssistantHost.candidates``), per query, in order."""
         host = self._host(tenant)
         queries = [SegmentQuery(*q) for q in queries]
         held = [i for i, q in enumerate(queries) if host is not None and q.segment_id in host.segment_ids
@@ -108,10 +116,15 @@ class TenantAssistants:
                 queries[i] = q
         if not held:
             return out, TokenBill()
-        found, bill = host.extract([queries[i] for i in held])
+        found, bill = host.candidates([queries[i] for i in held])
         for i, evidence in zip(held, found, strict=True):
             out[i] = evidence
         return out, bill
+
+    @property
+    def lines_kept(self) -> int:
+        """Most lines one segment yields after fusion (``AssistantHost.lines_kept`` with these options)."""
+        return AssistantHost(self.engine, **self.host_options).lines_kept
 
     def _scoped(self, host: AssistantHost, queries: Sequence[SegmentQuery],
                 only: set[str]) -> tuple[AssistantHost, list[SegmentQuery | None]]:
@@ -129,18 +142,26 @@ class TenantAssistants:
             aligned = len(q.line_scores) == len(keep)  # NOTE: the router's scores are per line of its copy
             scores = [x for x, k in zip(q.line_scores, keep, strict=True) if k] if aligned else ()
             copies.append(seg)
-            out.append(SegmentQuery(q.segment_id, q.question, scores))
+            out.append(SegmentQuery(q.segment_id, q.question, scores, q.idf))
         scoped.add(copies)
         return scoped, out
 
     def extract_from(self, segments: Sequence[Segment], question: str) -> tuple[list[list[Evidence]], TokenBill]:
         """Evidence from segments passed by value (the open segment, which no actor holds yet)."""
+        queries = [SegmentQuery(s.id, question) for s in segments if s.lines]
+        groups, bill = self.candidates_from(segments, question)
+        return fuse_each_question(queries, groups, self.lines_kept), bill
+
+    def candidates_from(self, segments: Sequence[Segment], question: str,
+                        idf: Mapping[str, float] | None = None) -> tuple[list[list[Evidence]], TokenBill]:
+        """:meth:`extract_from`'s candidates before fusion, a group per segment that has lines; ``idf``: the
+        question terms' idf over the user's memory (else over these segments' lines)."""
         segments = [s for s in segments if s.lines]
         if not segments:
             return [], TokenBill()
         host = AssistantHost(self.engine, **self.host_options)
         host.add(segments)
-        return host.extract([(s.id, question) for s in segments])
+        return host.candidates([SegmentQuery(s.id, question, (), idf) for s in segments])
 
     def summarise(self, wanted: dict[str, Sequence[int]]) -> tuple[dict[str, dict[int, str]], TokenBill]:
         """One-line summaries of held segments (``{tenant: segment ids}``), all in one engine batch."""

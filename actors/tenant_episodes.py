@@ -68,6 +68,7 @@ class RouteResult:
     open_segment: Segment | None = None
     # a scoped route: the routed turns inside the scope (the only lines a reader may see); None: every turn
     allowed: frozenset[str] | None = None
+    idf: dict[str, float] | None = None  # the question's terms' idf over the tenant's segments (EpisodicRouter)
 
 
 @dataclass
@@ -201,7 +202,8 @@ class TenantEpisodes:
             routed = [t for _, _, turn_ids in meta.values() for t in turn_ids]
             routed += open_seg.turn_ids if open_seg is not None else []
             allowed = frozenset(t for t in routed if t in inside)
-        return RouteResult(activations, meta, open_seg if open_seg and open_seg.lines else None, allowed)
+        return RouteResult(activations, meta, open_seg if open_seg and open_seg.lines else None, allowed,
+                           s.router.term_idf(question))
 
     def in_scope(self, tenant: str, scope: Scope) -> list[str]:
         """Ids of the tenant's turns in the stream's segments written in ``scope``, in the order they arrived."""

@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> dict:
             questions = [q for q in conv.questions if q.category in CATEGORIES and q.evidence][: args.limit]
             for q in questions:
                 acts = router.route(q.question)
-                queries = [SegmentQuery(a.segment_id, q.question, a.line_scores) for a in acts]
+                idf = router.term_idf(q.question)  # as the read path: the router's idf, not the host's
+                queries = [SegmentQuery(a.segment_id, q.question, a.line_scores, idf) for a in acts]
                 covered = {t for a in acts for t in by_id[a.segment_id].turn_ids}
                 routed_recall.append(sum(e in covered for e in q.evidence) / len(q.evidence))
                 for name, (kind, size) in zip(names, settings, strict=True):

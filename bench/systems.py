@@ -89,7 +89,7 @@ class InProcessService:
         # NOTE: store-all admission (classify=None): the benchmark measures episodic memory, not admission
         self.writes = WritePath(config, self.shards, self._embed, None)
         self.summariser = Summariser(config.cluster, self.shards, self._embed)
-        self.reads = ReadPath(self.shards, self._master)
+        self.reads = ReadPath(self.shards, self._master, lines_per_segment=config.episodic.lines_per_segment)
 
     async def _embed(self, texts: list[str]) -> np.ndarray:
         return self.encoder.encode(texts)

@@ -10,13 +10,16 @@ from datetime import datetime
 @dataclass(frozen=True)
 class Evidence:
     """One verbatim line: ``[date] speaker: text``, its turn id and time; ``score``: higher = more relevant
-    (comparable among one call's evidence for one question; 0 with the ``choose`` method)."""
+    (comparable among all evidence for one question; 0 with the ``choose`` method). ``signals``: a candidate's raw
+    relevance signals before they are fused into ``score`` across every assistant's candidates
+    (``actors.assistant.fuse``); empty once fused."""
 
     turn_id: str
     content: str
     timestamp: datetime
     segment_id: int
     score: float = 0.0
+    signals: tuple[float, ...] = ()
 
 
 

@@ -121,7 +121,8 @@ class MemoryAPI:
         shards = ActorShards(self.config, self.topology)
         classify = None if admission is None else self._classify
         self.writes = WritePath(self.config, shards, self._embed, classify)
-        self.reads = ReadPath(shards, self._answer, ask_timeout_s=self.config.cluster.ask_timeout_s)
+        self.reads = ReadPath(shards, self._answer, lines_per_segment=self.config.episodic.lines_per_segment,
+                              ask_timeout_s=self.config.cluster.ask_timeout_s)
         self.summariser = Summariser(self.config.cluster, shards, self._embed,
                                      on_bill=lambda bill: _count_tokens("summary", bill))
         self.ops = TenantOps(shards, self.summariser.queue if self.config.cluster.summaries else None)

@@ -72,6 +72,11 @@ class EpisodicConfig(Section):
         description="The master's answer when the evidence does not hold one (E-mem's adversarial answer).",
     )
 
+    @property
+    def lines_per_segment(self) -> int:
+        """Most evidence lines one segment yields to the master ('likelihood': after the read path's fusion)."""
+        return min(self.shortlist, self.evidence_per_segment)
+
 
 class AdmissionConfig(Section):
     """Learned write-side admission (MemRouter): ADD/NOOP and content type from turn embeddings, one pass."""

@@ -162,3 +162,16 @@ def test_replacing_and_removing_documents_equals_building_without_them(cls):
         np.testing.assert_allclose(edited.scores(q), fresh.scores(q), rtol=1e-12)
     if cls is SparseBM25Index:  # nothing of a removed text stays in the vocabulary
         assert "secretword" not in edited._vocab and sorted(edited._vocab) == sorted(fresh._vocab)
+
+
+@pytest.mark.parametrize("idf", ["lucene", "okapi"])
+def test_term_idf_is_the_idf_the_scores_use(idf):
+    ref, fast = both(idf, CORPUS)
+    query = "kids lake ZX-4471 unknownword"
+    got, expected = fast.term_idf(query), ref.term_idf(query)
+    assert got.keys() == expected.keys() == set(tokenize(query))
+    assert got == pytest.approx(expected, rel=1e-12) and got["unknownword"] == 0.0
+    assert got["zx"] > got["kids"] > 0  # rarer terms weigh more
+    fast.replace(2, None)  # the only document with the ticket number goes: so does its idf
+    assert fast.term_idf("ZX-4471") == {"zx": 0.0, "4471": 0.0}
+    assert make(SparseBM25Index, idf).term_idf("kids") == {"kids": 0.0}

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import pytest
 
-from actors.assistant import AssistantHost, SegmentQuery, line_regex, words
+from actors.assistant import AssistantHost, SegmentQuery, fuse, line_regex, words
 from actors.master import Master, clean_answer, format_date
 from actors.segmenter import segment_turns
 from bench.systems import TENANT, build_system
@@ -287,6 +287,37 @@ def test_likelihood_extraction_takes_the_routers_line_scores_into_the_shortlist(
     wrong_length = [1.0, 0.0]  # not one score per line: ignored rather than misapplied
     [[again]], _ = host.extract([SegmentQuery(seg.id, question, wrong_length)])
     assert again.turn_id == seg.turn_ids[0]
+
+
+def test_fuse_standardises_each_signal_over_every_group_and_keeps_the_best_lines_in_line_order():
+    def ev(turn, rank, lik):
+        return Evidence(turn, f"line {turn}", datetime(2023, 5, 7), 0, signals=(rank, lik))
+
+    groups = [[ev("a1", 1.0, -1.0), ev("a2", 0.0, -3.0), ev("a3", 2.0, -2.0)], [ev("b1", 3.0, -1.0)], []]
+    out = fuse(groups, most=2)
+    ranks, liks = np.array([1.0, 0.0, 2.0, 3.0]), np.array([-1.0, -3.0, -2.0, -1.0])
+    expected = (ranks - ranks.mean()) / ranks.std() + (liks - liks.mean()) / liks.std()
+    assert [e.turn_id for e in out[0]] == ["a1", "a3"] and [e.turn_id for e in out[1]] == ["b1"] and out[2] == []
+    assert [e.score for g in out for e in g] == pytest.approx([expected[0], expected[2], expected[3]])
+    assert all(e.signals == () for g in out for e in g)
+    # The first group alone is standardised differently: fusing per actor would change the scores.
+    alone = fuse(groups[:1], most=2)[0]
+    assert [e.score for e in alone] != pytest.approx([e.score for e in out[0]])
+    # Evidence without signals (the choose method's) passes as it is.
+    chosen = [[Evidence("c1", "x", datetime(2023, 5, 7), 1)]]
+    assert fuse(chosen, most=1) == chosen
+
+
+def test_a_querys_idf_replaces_the_held_lines_own():
+    segs = segments()
+    host = AssistantHost(ScriptedEngine())
+    host.add(segs)
+    seg, question = segs[0], "What about topic3 and 1003?"
+    own = host.rank_lines(SegmentQuery(seg.id, question))
+    flat = host.rank_lines(SegmentQuery(seg.id, question, (), dict.fromkeys(words(question), 1.0)))
+    assert not np.allclose(own, flat)
+    only_topic = host.rank_lines(SegmentQuery(seg.id, question, (), {"topic3": 2.0}))
+    assert set(np.unique(only_topic)) <= {0.0, 1.0}  # a line holds all of the idf mass or none of it
 
 
 def test_speaker_prior_lowers_only_the_other_speakers_lines_when_one_is_named():

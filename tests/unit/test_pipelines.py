@@ -45,8 +45,9 @@ def _turns(n: int, start: int = 0) -> list[TurnIn]:
 class Service:
     """The ingress's wiring of the pipelines, without HTTP."""
 
-    def __init__(self, classify=None) -> None:
+    def __init__(self, classify=None, assistant_actors: int = 2) -> None:
         cfg = EngramConfig()
+        cfg.cluster.assistant_actors = assistant_actors
         cfg.router.chunking = "turn"
         cfg.episodic.segment_tokens = 120
         cfg.cluster.write_idle_s = 0.0
@@ -63,7 +64,7 @@ class Service:
 
         self.writes = WritePath(cfg, self.shards, embed, classify)
         self.summariser = Summariser(cfg.cluster, self.shards, embed)
-        self.reads = ReadPath(self.shards, answer)
+        self.reads = ReadPath(self.shards, answer, lines_per_segment=cfg.episodic.lines_per_segment)
         self.ops = TenantOps(self.shards, self.summariser.queue)
 
     async def post(self, tenant: str, turns: list[TurnIn]):
@@ -163,3 +164,28 @@ def test_turn_lines_carry_grounded_dates_on_the_speakers_local_date() -> None:
     assert rec.line.endswith("Ann: We met yesterday [7 May 2023].")  # the 8th in Berlin: yesterday is the 7th
     [plain] = turn_records([TurnIn("t1", "Ann", "We met yesterday.", said)], datetime(2024, 1, 1), ground_dates=False)
     assert plain.line.endswith("Ann: We met yesterday.")
+
+
+def test_an_answer_does_not_depend_on_which_assistant_core_holds_which_segment() -> None:
+    """The same turns under other user ids and over 1 or 3 assistant cores: the same lines, scores and bill (the
+    read path fuses every core's candidates with the router's idf; each core's own would differ)."""
+    question = "What did Ann say about topic3 and number 1013?"
+
+    async def read(actors: int, user: str):
+        svc = Service(assistant_actors=actors)
+        await svc.post(user, _turns(60))
+        await svc.settle()
+        q = svc.encoder.encode([question], is_query=True)[0]
+        result = await svc.reads.ask(user, question, q)
+        held = {i for i, core in enumerate(svc.shards.cores["assistants"]) for _ in core.segments(user)}
+        return [(e.turn_id, round(e.score, 9)) for e in result.offered], result.assistant_bill, held
+
+    async def run() -> None:
+        base, bill, held = await read(1, "alice")
+        assert len(base) > 5 and held == {0}
+        for actors, user in ((3, "alice"), (3, "carol"), (3, "dave")):
+            offered, other_bill, spread = await read(actors, user)
+            assert len(spread) > 1, "the segments are spread over several cores"
+            assert offered == base and other_bill == bill
+
+    asyncio.run(run())
