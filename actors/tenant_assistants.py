@@ -146,16 +146,11 @@ class TenantAssistants:
         scoped.add(copies)
         return scoped, out
 
-    def extract_from(self, segments: Sequence[Segment], question: str) -> tuple[list[list[Evidence]], TokenBill]:
-        """Evidence from segments passed by value (the open segment, which no actor holds yet)."""
-        queries = [SegmentQuery(s.id, question) for s in segments if s.lines]
-        groups, bill = self.candidates_from(segments, question)
-        return fuse_each_question(queries, groups, self.lines_kept), bill
-
     def candidates_from(self, segments: Sequence[Segment], question: str,
                         idf: Mapping[str, float] | None = None) -> tuple[list[list[Evidence]], TokenBill]:
-        """:meth:`extract_from`'s candidates before fusion, a group per segment that has lines; ``idf``: the
-        question terms' idf over the user's memory (else over these segments' lines)."""
+        """Candidates (:meth:`candidates`) from segments passed by value (the open segment, which no actor holds
+        yet), a group per segment that has lines; ``idf``: the question terms' idf over the user's memory (else over
+        these segments' lines)."""
         segments = [s for s in segments if s.lines]
         if not segments:
             return [], TokenBill()

@@ -508,7 +508,7 @@ def test_assistants_tenant_isolation():
     assert ta.extract("a", [(segs_a[0].id, "Any apple?")])[0][0]
 
 
-def test_assistants_summarise_extract_from_and_drop_tenant():
+def test_assistants_summarise_read_by_value_and_drop_tenant():
     engine = ScriptedEngine(keyword_reply)
     ta = TenantAssistants(engine, summary_max_tokens=20, method="choose")
     segs = assistant_segments("A")
@@ -530,10 +530,10 @@ def test_assistants_summarise_extract_from_and_drop_tenant():
     # By value: segments no tenant holds (the open one); empty ones are skipped.
     loose = Segment(50, ["x1", "x2"], ["[d] Ann: kiwi jam", "[d] Bob: fig tart"], [T0, T0], [4, 4])
     empty = Segment(51, [], [], [], [])
-    found, bill = ta.extract_from([empty, loose], "Any kiwi?")
+    found, bill = ta.candidates_from([empty, loose], "Any kiwi?")
     assert [[(e.turn_id, e.content, e.segment_id) for e in ev] for ev in found] == [[("x1", loose.lines[0], 50)]]
     assert bill.calls == 1 and not ta.has("a", 50)
-    assert ta.extract_from([empty], "Any kiwi?") == ([], TokenBill()) and len(engine.batches) == 2
+    assert ta.candidates_from([empty], "Any kiwi?") == ([], TokenBill()) and len(engine.batches) == 2
 
     removed = ta.forget("a", [segs[0].turn_ids[0]])
     assert removed.lines == 1 and [s.id for s in removed.segments] == [segs[0].id]
