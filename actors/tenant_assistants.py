@@ -48,6 +48,7 @@ class TenantAssistants:
         self.engine = engine  # evidence extraction (the assistant role's model)
         self.summary_engine = summary_engine or engine  # segment summaries (the summary role's model)
         self.host_options = host_options  # AssistantHost's: evidence_per_segment, method, shortlist, terms
+        self.lines_kept = AssistantHost(engine, **host_options).lines_kept  # most lines a segment yields once fused
         self.summary_max_tokens = summary_max_tokens
         self._hosts: dict[str, AssistantHost] = {}
 
@@ -120,11 +121,6 @@ class TenantAssistants:
         for i, evidence in zip(held, found, strict=True):
             out[i] = evidence
         return out, bill
-
-    @property
-    def lines_kept(self) -> int:
-        """Most lines one segment yields after fusion (``AssistantHost.lines_kept`` with these options)."""
-        return AssistantHost(self.engine, **self.host_options).lines_kept
 
     def _scoped(self, host: AssistantHost, queries: Sequence[SegmentQuery],
                 only: set[str]) -> tuple[AssistantHost, list[SegmentQuery | None]]:
