@@ -70,6 +70,14 @@ def emit_json(payload: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def save_and_emit(results_dir: str | Path, name: str, payload: dict[str, Any]) -> None:
+    """``payload`` to ``<results_dir>/<name>/results.json``, then to stdout as the contract's last line."""
+    out_dir = Path(results_dir) / name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(payload, indent=1))
+    emit_json(payload)
+
+
 def bearer(api_key: str | None) -> dict[str, str]:
     """Headers that carry an API key: ``bearer("k") == {"Authorization": "Bearer k"}``; none without a key."""
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}

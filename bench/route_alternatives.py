@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from actors.episodic_router import EpisodicRouter
 from actors.segmenter import Segment, named_speaker, segment_turns
-from bench.common import emit_json, setup_logging
+from bench.common import save_and_emit, setup_logging
 from bench.route_recall import CachedEncoder, _with, evidence_recall, token_counter
 from cluster.locomo_data import Question, load_locomo, split
 from core.config import EngramConfig, load_config
@@ -171,10 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     payload = {"split": "train", "questions": len(cats), "segment_tokens": args.size, "depth": args.depth,
                "counter": counter, "embedder": cfg.embedder.model, "role": args.role,
                "model": cfg.engine_for(args.role).model, "results": rows}  # type: ignore[arg-type]
-    out_dir = Path(cfg.paths.results_dir) / "route_alternatives"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(payload, indent=1))
-    emit_json(payload)
+    save_and_emit(cfg.paths.results_dir, "route_alternatives", payload)
 
 
 if __name__ == "__main__":

@@ -24,19 +24,17 @@ reference. The test split is never read here.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 from actors.episodic_router import EpisodicRouter, _minmax, bm25_index
 from actors.segmenter import Segment, named_speaker, segment_turns
-from bench.common import emit_json, setup_logging
+from bench.common import save_and_emit, setup_logging
 from bench.route_recall import CachedEncoder, _with, evidence_recall, token_counter
 from cluster.locomo_data import Question, load_locomo, split
 from core.config import RouterConfig, load_config
@@ -214,10 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     payload = {"split": "train", "conversations": len(convs), "questions": sum(len(c.questions) for c in convs),
                "segment_tokens": args.size, "depth": args.depth, "counter": counter, "embedder": cfg.embedder.model,
                "speakers": speaker_stats, "results": rows}
-    out_dir = Path(cfg.paths.results_dir) / "route_signals"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(payload, indent=1))
-    emit_json(payload)
+    save_and_emit(cfg.paths.results_dir, "route_signals", payload)
 
 
 if __name__ == "__main__":
