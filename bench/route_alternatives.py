@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import zip_longest
 from pathlib import Path
@@ -95,7 +95,7 @@ def interleave(*rankings: Sequence[int]) -> list[int]:
 
 
 def speaker_segments(conv_turns: Sequence, speakers: Sequence[str], size: int, overlap: float,
-                     count) -> tuple[list[Segment], dict[int, str]]:
+                     count: Callable[[str], int]) -> tuple[list[Segment], dict[int, str]]:
     """Each speaker's turns segmented alone; ids renumbered; segment id -> its speaker."""
     segments, owner = [], {}
     for who in speakers:
