@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import zip_longest
@@ -37,12 +36,12 @@ from actors.episodic_router import EpisodicRouter
 from actors.segmenter import Segment, named_speaker, segment_turns
 from bench.common import save_and_emit, setup_logging
 from bench.route_recall import CachedEncoder, _with, evidence_recall, token_counter
+from bench.route_signals import CATEGORIES, print_rows, row
 from cluster.locomo_data import Question, load_locomo, split
 from core.config import EngramConfig, load_config
 from core.generation import ChatMessage, GenerationRequest
 from serve.embedder import Embedder
 
-CATEGORIES = (1, 2, 3, 4)
 PROMPT = ("Two friends chat over many days. A question about their chats is given. Write the chat message "
           "one of them most likely sent that answers it: one short sentence in the first person, with "
           "concrete names, things, places or dates. Guess if you do not know.")
@@ -87,8 +86,8 @@ def hypothetical_messages(questions: Sequence[str], cfg: EngramConfig, role: str
 def interleave(*rankings: Sequence[int]) -> list[int]:
     """The rankings taken in turn, each id once: ``interleave([1, 2], [3, 1]) == [1, 3, 2]``."""
     out: list[int] = []
-    for row in zip_longest(*rankings):
-        for x in row:
+    for turn in zip_longest(*rankings):
+        for x in turn:
             if x is not None and x not in out:
                 out.append(x)
     return out
@@ -103,12 +102,6 @@ def speaker_segments(conv_turns: Sequence, speakers: Sequence[str], size: int, o
             owner[len(segments)] = who
             segments.append(replace(seg, id=len(segments)))
     return segments, owner
-
-
-def row(name: str, recall: list[float], cats: np.ndarray) -> dict:
-    r = np.array(recall)
-    return {"variant": name, "evidence_recall": round(float(r.mean()), 4),
-            "recall_by_category": {str(c): round(float(r[cats == c].mean()), 4) for c in CATEGORIES}}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -164,10 +157,8 @@ def main(argv: list[str] | None = None) -> None:
                 both += [alone[a.segment_id] for a in acts[: args.depth - k]]
                 recall.setdefault(f"{k} mixed + {args.depth - k} of the speaker's", []).append(evidence_recall(both, q))
     cat_arr = np.array(cats)
-    rows = [row(name, r, cat_arr) for name, r in recall.items()]
-    for r in rows:
-        by_cat = " ".join(f"{r['recall_by_category'][str(c)]:.3f}" for c in CATEGORIES)
-        print(f"{r['variant']:<26} {r['evidence_recall']:.4f}  {by_cat}", file=sys.stderr)
+    rows = [row(name, np.array(r), cat_arr, key="variant") for name, r in recall.items()]
+    print_rows(rows, key="variant")
     payload = {"split": "train", "questions": len(cats), "segment_tokens": args.size, "depth": args.depth,
                "counter": counter, "embedder": cfg.embedder.model, "role": args.role,
                "model": cfg.engine_for(args.role).model, "results": rows}  # type: ignore[arg-type]

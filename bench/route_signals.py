@@ -157,9 +157,18 @@ def recall_rows(convs: list[ConversationSignals], score: Scoring, depth: int) ->
     return np.array(recall), np.array(cats)
 
 
-def row(name: str, recall: np.ndarray, cats: np.ndarray) -> dict:
-    return {"scoring": name, "evidence_recall": round(float(recall.mean()), 4),
+def row(name: str, recall: np.ndarray, cats: np.ndarray, key: str = "scoring") -> dict:
+    """One result: ``name`` under ``key``, the mean recall overall and per category."""
+    return {key: name, "evidence_recall": round(float(recall.mean()), 4),
             "recall_by_category": {str(c): round(float(recall[cats == c].mean()), 4) for c in CATEGORIES}}
+
+
+def print_rows(rows: list[dict], key: str = "scoring") -> None:
+    """The results as a plain table on stderr: name, recall, recall per category."""
+    width = max((len(r[key]) for r in rows), default=0)
+    for r in rows:
+        cats = " ".join(f"{r['recall_by_category'][str(c)]:.3f}" for c in CATEGORIES)
+        print(f"{r[key]:<{width}} {r['evidence_recall']:.4f}  {cats}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -206,9 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = [row("router (configured fusion)", np.array(reference[0]), np.array(reference[1]))]
     for name, score in scorings(convs, weights, args.prf_weight).items():
         rows.append(row(name, *recall_rows(convs, score, args.depth)))
-    for r in rows:
-        cats = " ".join(f"{r['recall_by_category'][str(c)]:.3f}" for c in CATEGORIES)
-        print(f"{r['scoring']:<58} {r['evidence_recall']:.4f}  {cats}", file=sys.stderr)
+    print_rows(rows)
     payload = {"split": "train", "conversations": len(convs), "questions": sum(len(c.questions) for c in convs),
                "segment_tokens": args.size, "depth": args.depth, "counter": counter, "embedder": cfg.embedder.model,
                "speakers": speaker_stats, "results": rows}
