@@ -2,10 +2,12 @@
 in a short phrase. A plain class: ``serve.deployments.MasterService`` hosts it on the model pool.
 
 The evidence lines are sorted oldest first and headed "Evidence, oldest first:" (a longer note that later lines
-hold the latest state cost 14 tokens a prompt and answered no better on the dev set). Instructions depend on the
-question's category, as in E-mem's final answer step (a question sent without one is answered as the kind
-``actors.question_kind.predict_kind`` reads from its words: temporal, inference, list or other; a question that
-offers its answers, "a beach or the mountains?", is a phrase question, not a yes/no one):
+hold the latest state cost 14 tokens a prompt and answered no better on the dev set). With ``episodic.master_dates``
+``day`` the lines of one day stand under one heading ("8 May 2023:") without their own "[1:56 pm on 8 May, 2023]"
+headers, which Qwen's tokenizer reads digit by digit (~18 tokens a line); the window is filled by what is shown.
+Instructions depend on the question's category, as in E-mem's final answer step (a question sent without one is
+answered as the kind ``actors.question_kind.predict_kind`` reads from its words: temporal, inference, list or other;
+a question that offers its answers, "a beach or the mountains?", is a phrase question, not a yes/no one):
 
 - temporal questions are answered with a date: the model picks the evidence line that dates the
   event (a constrained choice) and the answer is the first date grounded in that line ("we met yesterday
@@ -90,8 +92,9 @@ def dialogue_order(evidence: Evidence) -> tuple[datetime, list[str | int]]:
 
 _ECHO = re.compile(r"^(evidence|question)\b.*:\s*$", re.I)  # the prompt's own headers, echoed
 _LEAD = re.compile(
-    r"^\s*(?:(?i:answer)\s*:|\[\d+\]|\d+[.)]\s|[-*\u2022]|\[[^\]]*\d{4}\]|[A-Z][\w'-]*(?: [A-Z][\w'-]*)?:(?=\s))\s*"
-)  # "Answer:", "[3]", "1.", "- ", "[1:56 pm on 8 May, 2023]", "Caroline:" at the start of the answer
+    r"^\s*(?:(?i:answer)\s*:|\[\d+\]|\d+[.)]\s|[-*\u2022]|\[[^\]]*\d{4}\]|\d{1,2} [A-Z][a-z]+ \d{4}:(?=\s)"
+    r"|[A-Z][\w'-]*(?: [A-Z][\w'-]*)?:(?=\s))\s*"
+)  # "Answer:", "[3]", "1.", "- ", "[1:56 pm on 8 May, 2023]", "8 May 2023:", "Caroline:" at the start of the answer
 _YES_NO = re.compile(r"^((?:likely )?(?:yes|no))\b(?:[\s:,.;!-]|$)", re.I)
 _SENTENCE_END = re.compile(r"(?<=[a-z0-9)\]]{3})[.!?](?:\s|$)")
 
@@ -185,13 +188,36 @@ def prompt_budget(max_model_len: int, answer_max_tokens: int) -> int:
     return max_model_len - answer_max_tokens - PROMPT_MARGIN_TOKENS
 
 
+_HEADER = re.compile(r"^\[([^\]]*)\]\s*")  # a stored line's header, as actors.segmenter.render_turn writes it
+
+
+def split_header(line: str) -> tuple[str | None, str]:
+    """A stored line -> (the day of its header, written as LoCoMo writes dates; the line without its header);
+    ``(None, line)`` for a line without a header.
+
+    >>> split_header("[1:56 pm on 8 May, 2023] Caroline: Hi!")
+    ('8 May 2023', 'Caroline: Hi!')
+    """
+    m = _HEADER.match(line)
+    if m is None:
+        return None, line
+    return m.group(1).rpartition(" on ")[2].replace(",", ""), line[m.end():]
+
+
 def fit_evidence(evidence: Sequence[Evidence], question: str, budget: int,
-                 count: Callable[[str], int]) -> list[Evidence]:
-    """The longest prefix of ``evidence`` whose lines (and the question) fit ``budget`` tokens."""
+                 count: Callable[[str], int], by_day: bool = False) -> list[Evidence]:
+    """The longest prefix of ``evidence`` whose lines (and the question) fit ``budget`` tokens; ``by_day``: the
+    lines as ``episodic.master_dates: day`` shows them, without their headers, plus one heading per day."""
     left = budget - count(question)
-    out = []
+    out: list[Evidence] = []
+    days: set[str | None] = {None}
     for e in evidence:
-        left -= count(e.content) + LINE_OVERHEAD_TOKENS
+        if by_day:
+            day, body = split_header(e.content)
+            left -= count(body) + LINE_OVERHEAD_TOKENS + (0 if day in days else count(day) + 2)
+            days.add(day)
+        else:
+            left -= count(e.content) + LINE_OVERHEAD_TOKENS
         if left < 0:
             break
         out.append(e)
@@ -227,6 +253,7 @@ class Master:
         self.max_evidence = config.master_evidence
         self.not_mentioned = config.not_mentioned
         self.answer_form = config.answer_form
+        self.by_day = config.master_dates == "day"
         self.count = count or token_counter(engine)
         self.examples = EXAMPLES if config.answer_examples else {}
         # NOTE: the longest worked example is taken from every question's budget, so the cut does not depend on kind
@@ -236,7 +263,7 @@ class Master:
     # -- choosing the evidence -----------------------------------------------------------------
     def fit(self, evidence: Sequence[Evidence], question: str) -> list[Evidence]:
         """The longest prefix of ``evidence`` that fits the prompt budget with ``question``."""
-        return fit_evidence(evidence, question, self.budget, self.count)
+        return fit_evidence(evidence, question, self.budget, self.count, self.by_day)
 
     def select(self, question: str, evidence: Sequence[Evidence]) -> list[Evidence]:
         """Assistants' evidence (in routing order) -> what the master reads: best score first (stable), each turn
@@ -250,8 +277,23 @@ class Master:
         return self.respond(question, self.select(question, evidence), category, adversarial)
 
     # -- answering -----------------------------------------------------------------------------
+    def evidence_lines(self, evidence: Sequence[Evidence]) -> str:
+        """The numbered lines (in the order given); with ``master_dates: day`` a heading starts each day's lines
+        and the lines lose their headers."""
+        if not self.by_day:
+            return "\n".join(f"[{i}] {e.content}" for i, e in enumerate(evidence, start=1))
+        out: list[str] = []
+        last: str | None = None
+        for i, e in enumerate(evidence, start=1):
+            day, body = split_header(e.content)
+            if day is not None and day != last:
+                out.append(f"{day}:")
+            last = day
+            out.append(f"[{i}] {body}")
+        return "\n".join(out)
+
     def prompt(self, question: str, evidence: Sequence[Evidence], category: int | None) -> str:
-        lines = "\n".join(f"[{i}] {e.content}" for i, e in enumerate(evidence, start=1))  # the caller orders them
+        lines = self.evidence_lines(evidence)  # the caller orders them
         return (
             "Evidence, oldest first:\n"
             f"{lines}\n\nQuestion: {question}\n{INSTRUCTIONS.get(category or 0, DEFAULT_INSTRUCTION)}"

@@ -66,6 +66,13 @@ class EpisodicConfig(Section):
         description="Most evidence lines the master reads (best-routed segments first); E-mem's aggregator "
         "likewise drops noise before answering.",
     )
+    master_dates: Literal["line", "day"] = Field(
+        "line",
+        description="How the master's prompt dates its evidence lines: 'line' = each line as stored, under its "
+        "turn's own header ('[1:56 pm on 8 May, 2023] Caroline: ...'); 'day' = the lines of one day under one "
+        "heading ('8 May 2023:'), each without its header (Qwen's tokenizer spends ~18 tokens on a header, one "
+        "per digit). The window is filled by what is shown, so full-context reads more lines in the same tokens.",
+    )
     rag_top_k: int = Field(10, gt=0, le=1000, description="Turns the plain-RAG baseline gives the answer model.")
     not_mentioned: str = Field(
         "Not mentioned in the conversation",

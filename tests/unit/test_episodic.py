@@ -153,6 +153,29 @@ def test_master_shows_one_worked_example_of_the_kind_and_takes_its_tokens_off_th
     assert 0 < plain.budget - master.budget < 200
 
 
+def test_master_dates_by_day_heads_each_days_lines_once_and_fits_what_it_shows():
+    from actors.master import fit_evidence
+
+    lines = [("D1:1", "[1:56 pm on 8 May, 2023] Ann: We met yesterday [7 May 2023].", datetime(2023, 5, 8, 13, 56)),
+             ("D1:2", "[1:56 pm on 8 May, 2023] Bob: Nice!", datetime(2023, 5, 8, 13, 56)),
+             ("D2:1", "[9:00 am on 25 May, 2023] Ann: Back home.", datetime(2023, 5, 25, 9))]
+    ev = [Evidence(t, c, when, 0) for t, c, when in lines]
+    engine = ScriptedEngine(lambda r: r.choice[-1] if r.choice else "8 May 2023: Ann: the museum.")
+    master = Master(engine, EpisodicConfig(master_dates="day"))
+    assert master.answer("What did Ann visit?", ev[::-1], category=4).text == "the museum"
+    prompt = engine.batches[-1][0].messages[-1].content
+    assert ("8 May 2023:\n[1] Ann: We met yesterday [7 May 2023].\n[2] Bob: Nice!\n25 May 2023:\n[3] Ann: Back home."
+            in prompt) and "pm on" not in prompt
+    assert master.answer("When did Ann get back home?", ev, category=2).text == "25 May 2023"  # dates unchanged
+    shown = Master(ScriptedEngine(), EpisodicConfig()).prompt("q?", ev, 4)
+    assert "[1] [1:56 pm on 8 May, 2023] Ann:" in shown  # 'line' (the default) shows lines as stored
+    words = lambda text: len(text.split())  # noqa: E731
+    # a header costs 5 words; by day, 1 per new day (+2): a budget that fits the lines as shown holds all three
+    budget = words("q?") + sum(words(c) - 5 + 6 for _, c, _ in lines) + 2 * (3 + 2)
+    assert len(fit_evidence(ev, "q?", budget, words, by_day=True)) == 3
+    assert len(fit_evidence(ev, "q?", budget, words)) == 2
+
+
 def test_clean_answer_keeps_the_answer_and_drops_what_small_models_wrap_it_in():
     assert clean_answer("[2] [9:48 am on 4 February, 2023] Jolene: Bogota. I loved it") == "Bogota"
     assert clean_answer("Likely yes: Evan: Hey Sam! Good to see you") == "Likely yes"
