@@ -170,7 +170,7 @@ def test_master_dates_by_day_heads_each_days_lines_once_and_fits_what_it_shows()
     shown = Master(ScriptedEngine(), EpisodicConfig()).prompt("q?", ev, 4)
     assert "[1] [1:56 pm on 8 May, 2023] Ann:" in shown  # 'line' (the default) shows lines as stored
     words = lambda text: len(text.split())  # noqa: E731
-    # a header costs 5 words; by day, 1 per new day (+2): a budget that fits the lines as shown holds all three
+    # a header costs 5 words, a day's heading 3 (+2): a budget that fits the lines as shown by day holds all three
     budget = words("q?") + sum(words(c) - 5 + 6 for _, c, _ in lines) + 2 * (3 + 2)
     assert len(fit_evidence(ev, "q?", budget, words, by_day=True)) == 3
     assert len(fit_evidence(ev, "q?", budget, words)) == 2
