@@ -34,7 +34,7 @@ from datetime import datetime
 
 from actors.answer_spans import candidate_spans, snap
 from actors.question_kind import is_yes_no, predict_kind
-from actors.segmenter import estimate_tokens
+from actors.segmenter import estimate_tokens, split_header
 from actors.time_expressions import day_text, grounded_values
 from core.config import EpisodicConfig
 from core.evidence import Evidence, by_score, dedupe_evidence
@@ -188,20 +188,15 @@ def prompt_budget(max_model_len: int, answer_max_tokens: int) -> int:
     return max_model_len - answer_max_tokens - PROMPT_MARGIN_TOKENS
 
 
-_HEADER = re.compile(r"^\[([^\]]*)\]\s*")  # a stored line's header, as actors.segmenter.render_turn writes it
-
-
-def split_header(line: str) -> tuple[str | None, str]:
+def split_day(line: str) -> tuple[str | None, str]:
     """A stored line -> (the day of its header, written as LoCoMo writes dates; the line without its header);
     ``(None, line)`` for a line without a header.
 
-    >>> split_header("[1:56 pm on 8 May, 2023] Caroline: Hi!")
+    >>> split_day("[1:56 pm on 8 May, 2023] Caroline: Hi!")
     ('8 May 2023', 'Caroline: Hi!')
     """
-    m = _HEADER.match(line)
-    if m is None:
-        return None, line
-    return m.group(1).rpartition(" on ")[2].replace(",", ""), line[m.end():]
+    date_time, rest = split_header(line)
+    return (None if date_time is None else date_time.rpartition(" on ")[2].replace(",", "")), rest
 
 
 def fit_evidence(evidence: Sequence[Evidence], question: str, budget: int,
@@ -213,7 +208,7 @@ def fit_evidence(evidence: Sequence[Evidence], question: str, budget: int,
     days: set[str | None] = {None}
     for e in evidence:
         if by_day:
-            day, body = split_header(e.content)
+            day, body = split_day(e.content)
             left -= count(body) + LINE_OVERHEAD_TOKENS + (0 if day in days else count(day) + 2)
             days.add(day)
         else:
@@ -285,7 +280,7 @@ class Master:
         out: list[str] = []
         last: str | None = None
         for i, e in enumerate(evidence, start=1):
-            day, body = split_header(e.content)
+            day, body = split_day(e.content)
             if day is not None and day != last:
                 out.append(f"{day}:")
             last = day

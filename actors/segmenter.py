@@ -86,6 +86,17 @@ def render_turn(turn: TurnLike, anchor: date | None = None) -> str:
 
 
 _RENDERED = re.compile(r"^\[[^\]]*\] ([^:\n]+): ")
+_HEADER = re.compile(r"^\[([^\]]*)\]\s*")
+
+
+def split_header(line: str) -> tuple[str | None, str]:
+    """A line :func:`render_turn` wrote -> (its header's date_time, the rest); ``(None, line)`` for another line.
+
+    >>> split_header("[1:56 pm on 8 May, 2023] Caroline: Hi!")
+    ('1:56 pm on 8 May, 2023', 'Caroline: Hi!')
+    """
+    m = _HEADER.match(line)
+    return (m.group(1), line[m.end():]) if m else (None, line)
 
 
 def line_speaker(line: str) -> str | None:
