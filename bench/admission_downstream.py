@@ -1,6 +1,6 @@
 """Admission downstream on LoCoMo: how well questions are answered when only the admitted turns are stored.
 
-    python -m bench.admission_downstream --split test [--system rag] [--limit N] [--seed 0]
+    python -m bench.admission_downstream --split test [--system rag] [--limit N] [--per-category N] [--seed 0]
                                          [--category predicted|gold] [--profile cpu|cpu-quality]
 
 Storage policies, one run, the same questions:
@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
     parser.add_argument("--system", choices=locomo.SYSTEMS, default="rag", help="the harness system that answers")
     parser.add_argument("--limit", type=int, default=None, help="first N selected questions of each conversation")
     parser.add_argument("--categories", default="1,2,3,4,5", help="comma list of categories 1-5")
+    parser.add_argument("--per-category", type=int, default=None,
+                        help="first N questions of each category of each conversation (as bench.locomo)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random policy")
     parser.add_argument("--category", choices=locomo.CATEGORY_MODES, default="predicted",
                         help="predicted: the master reads the question's kind from its words (as /v1/ask without a "
@@ -132,14 +134,15 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
     parser.add_argument("--results-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     categories = locomo.categories_arg(parser, args.categories)
-    if args.limit is not None and args.limit <= 0:
-        parser.error("--limit must be a positive integer")
+    for flag, value in (("--limit", args.limit), ("--per-category", args.per_category)):
+        if value is not None and value <= 0:
+            parser.error(f"{flag} must be a positive integer")
 
     setup_logging()
     cfg = load_config(args.profile)
     data = args.data or cfg.data.locomo_path
     convs = split(load_locomo(data), args.split)
-    selection = {c.sample_id: locomo.select_questions(c, categories, args.limit) for c in convs}
+    selection = {c.sample_id: locomo.select_questions(c, categories, args.limit, args.per_category) for c in convs}
     policies = budget_policies(convs, (decide or classifier_keep)(convs, cfg), args.seed)
     load_models = factory is None
     if factory is None:
@@ -171,7 +174,8 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
            "budget": next(r["stored_share"] for r in results if r["policy"] == "classifier"),
            "f1_classifier_minus_random": f1["classifier"] - f1["random"],
            "f1_classifier_minus_store_all": f1["classifier"] - f1["store_all"],
-           "limit": args.limit, "seed": args.seed, "category": args.category, "profile": cfg.profile,
+           "limit": args.limit, "per_category": args.per_category, "seed": args.seed, "category": args.category,
+           "profile": cfg.profile,
            "results": results}
     out_dir = (args.results_dir or cfg.paths.results_dir) / "admission"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -96,6 +96,19 @@ def test_questions_go_without_their_category_unless_gold_is_asked_for(env):
     assert gold and all(category is not None for category, _ in gold)
 
 
+def test_per_category_keeps_the_first_questions_of_each_category(env):
+    run, systems, _, _ = env
+    assert run()["results"][0]["questions"] == 8
+    out = run("--per-category", "1", "--categories", "1,4")  # conv-48: one of each; conv-49: its first car question
+    assert out["per_category"] == 1
+    assert [r["questions"] for r in out["results"]] == [3] * len(ad.POLICIES)
+    asked = len(systems)
+    run("--per-category", "1", "--categories", "1,4")
+    assert len(systems) == asked  # the sample's answers are cached too
+    with pytest.raises(SystemExit):
+        run("--per-category", "0")
+
+
 def test_random_is_seeded_and_keyword_prefers_memory_words():
     convs = load_locomo_sample()
     classifier = {c.sample_id: {c.turns[0].dia_id} for c in convs}
