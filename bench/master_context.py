@@ -14,6 +14,10 @@ widened by each context setting:
   routing order), selected again by the master as the product selects (best first, ``episodic.master_evidence``
   lines, cut to the window): replays a change to the selection (fewer lines, a smaller window) as well as the
   answer step; with the cached settings it reproduces ``product``;
+- ``offered+rag:R`` — the master's selection from the assistants' offers cut to ``episodic.master_evidence - R``
+  lines, then the best ``R`` turns of the plain-RAG ranking (``bench.systems.RagBaseline``: dense + BM25 over every
+  turn of the conversation) not already among them: whether tenant-wide turn retrieval beside the routed
+  segments helps the master (the MiniLM encoder is loaded for it);
 - ``B:A`` — each line with the ``B`` turns before and ``A`` after it in its session (``0:0``: the
   lines alone), merged, cut to the model's window as the product does; the master orders them in
   dialogue order.
@@ -27,6 +31,7 @@ system's train answers are cached). Each conversation's questions go to the engi
                                                                            # replay the committed bench/replay file
     python -m bench.master_context --contexts product,0:0,1:1              # minutes
     ENGRAM_EPISODIC__MASTER_EVIDENCE=5 python -m bench.master_context --contexts offered
+    python -m bench.master_context --profile cpu-quality --contexts offered,offered+rag:2 --categories 1,2,3,4
     ENGRAM_EPISODIC__GROUND_DATES=false python -m bench.master_context --contexts 0:0 --cache engram=PATH
     python -m bench.master_context --categories 4 --contexts 0:0,1:1
 
@@ -53,13 +58,14 @@ from bench import locomo
 from bench.common import emit_json, parse_int_list, setup_logging
 from bench.locomo_report import fmt
 from bench.locomo_score import CATEGORIES
-from bench.systems import build_system, turn_evidence
+from bench.systems import RagBaseline, build_system, turn_evidence
 from cluster.locomo_data import Conversation, load_locomo, split
 from core.config import load_config
-from core.evidence import Evidence
+from core.evidence import Evidence, by_score, dedupe_evidence
 
 PRODUCT = "product"
 OFFERED = "offered"
+WITH_RAG = "offered+rag:"
 # Committed dev-set answers of engram per profile (``dev-engram-<profile>.jsonl``, written by ``bench.locomo --split
 # dev --system engram``; bench/replay/README.md says at which commit): replayed when this code has no cache of its
 # own, so a fresh clone's dev loop starts in minutes, not after an hour of routing and extraction.
@@ -68,14 +74,32 @@ CACHED_SYSTEMS = ("engram", "direct_read")
 
 
 def parse_contexts(text: str) -> list[str]:
-    """'product,offered,0:0,1:1' -> ['product', 'offered', '0:0', '1:1']; each ``B:A`` with non-negative integers."""
+    """'product,offered,offered+rag:2,0:0,1:1' -> the same as a list, each once; each ``B:A`` with non-negative
+    integers, each ``offered+rag:R`` with a positive one."""
     out = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         before, sep, after = part.partition(":")
-        if part not in (PRODUCT, OFFERED) and not (sep and before.isdigit() and after.isdigit()):
-            raise ValueError(f"{part!r}: give {PRODUCT!r}, {OFFERED!r} or turns before:after, e.g. 1:1")
+        rag = part.removeprefix(WITH_RAG)
+        if part not in (PRODUCT, OFFERED) and not (sep and before.isdigit() and after.isdigit()) and not (
+                part.startswith(WITH_RAG) and rag.isdigit() and int(rag) > 0):
+            raise ValueError(f"{part!r}: give {PRODUCT!r}, {OFFERED!r}, {WITH_RAG}R (R > 0) or turns before:after, "
+                             "e.g. 1:1")
         out.append(part)
     return list(dict.fromkeys(out))
+
+
+def with_rag(assistants: Sequence[Evidence], ranked: Sequence[Evidence], keep: int, add: int) -> list[Evidence]:
+    """The first ``keep`` of the assistants' evidence (already selected, best first), then the first ``add`` turns
+    of ``ranked`` that are not among them."""
+    out = list(assistants[:keep])
+    seen = {e.turn_id for e in out}
+    for e in ranked:
+        if len(out) >= keep + add:
+            break
+        if e.turn_id not in seen:
+            out.append(e)
+            seen.add(e.turn_id)
+    return out
 
 
 def widen(conv: Conversation, turn_ids: Sequence[str], before: int, after: int,
@@ -168,7 +192,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
     parser.add_argument("--data", type=Path, default=None, help="locomo10.json (default: data.locomo_path)")
-    parser.add_argument("--contexts", default="product,0:0,1:0,1:1", help="comma list of product and B:A")
+    parser.add_argument("--contexts", default="product,0:0,1:0,1:1",
+                        help="comma list of product, offered, offered+rag:R and B:A")
     parser.add_argument("--per-category", type=int, default=locomo.DEV_PER_CATEGORY,
                         help="first N questions of each category of each train conversation (default: the dev set)")
     parser.add_argument("--limit", type=int, default=None, help="then the first N per train conversation")
@@ -208,7 +233,8 @@ def main(argv: list[str] | None = None) -> dict:
                             if (row := caches["engram"].answered(c.sample_id, i, q)) is not None] for c in convs}
     if not any(picked.values()):
         sys.exit("none of the selected train questions has a cached engram answer yet")
-    if OFFERED in contexts and not all("offered" in row for rows in picked.values() for _, _, row in rows):
+    if any(c.startswith(OFFERED) for c in contexts) and not all(
+            "offered" in row for rows in picked.values() for _, _, row in rows):
         sys.exit(f"--contexts {OFFERED}: the cache holds no assistants' offers (answered before they were cached): "
                  "run `python -m bench.locomo --split dev --system engram` again")
 
@@ -217,6 +243,11 @@ def main(argv: list[str] | None = None) -> dict:
     engine = build_engine(cfg.engine_for("master").model_copy(update={"cache_dir": str(cfg.paths.cache_dir)}))
     ep = cfg.episodic
     master = Master(engine, ep)
+    rag = None
+    if any(c.startswith(WITH_RAG) for c in contexts):
+        from serve.embedder import Embedder
+
+        rag = RagBaseline(cfg, encoder=Embedder(cfg.embedder), engine=engine)
     gold = args.category == "gold"
     scored: dict[str, list[dict]] = {name: [] for name in contexts}
     out_dir = Path(cfg.paths.results_dir) / "master_context"
@@ -230,6 +261,13 @@ def main(argv: list[str] | None = None) -> dict:
                 elif name == OFFERED:  # the master's own selection from what the assistants offered
                     evidence = [master.select(q.question, offered_evidence(conv, row["offered"], ep.ground_dates))
                                 for _, q, row in items]
+                elif name.startswith(WITH_RAG):  # the assistants' best lines, then plain RAG's best new turns
+                    add = int(name.removeprefix(WITH_RAG))
+                    rag.ingest(conv.turns)
+                    evidence = [master.fit(with_rag(
+                        dedupe_evidence(by_score(offered_evidence(conv, row["offered"], ep.ground_dates))),
+                        [turn_evidence(conv.turns[i], ground_dates=ep.ground_dates) for i in rag.rank(q.question)],
+                        max(ep.master_evidence - add, 0), add), q.question) for _, q, row in items]
                 else:
                     before, after = map(int, name.split(":"))
                     evidence = [master.fit(widen(conv, row["evidence_turn_ids"], before, after, ep.ground_dates),

@@ -159,10 +159,14 @@ class RagBaseline:
         self.bm25 = bm25_index(self.config.router)  # same BM25 settings as the router's keyword path
         self.bm25.add(lines)
 
-    def ask(self, question: str, *, category: int | None, adversarial: str | None = None) -> Answer:
+    def rank(self, question: str) -> np.ndarray:
+        """Indices of the ingested turns, best first (dense + BM25, min-max normalised, equal weights)."""
         q = self.encoder.encode([question], is_query=True)[0]
         score = _minmax(self.vectors @ q) + _minmax(self.bm25.scores(question))
-        top = np.argsort(-score, kind="stable")[: self.config.episodic.rag_top_k]
+        return np.argsort(-score, kind="stable")
+
+    def ask(self, question: str, *, category: int | None, adversarial: str | None = None) -> Answer:
+        top = self.rank(question)[: self.config.episodic.rag_top_k]
         evidence = self.master.fit([turn_evidence(self.turns[i]) for i in top], question)
         return _answer(self.master.respond(question, evidence, category, adversarial),
                        [e.turn_id for e in evidence], 0)

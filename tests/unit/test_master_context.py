@@ -5,7 +5,7 @@ from datetime import datetime
 import pytest
 
 from actors.master import Master, dialogue_order
-from bench.master_context import offered_evidence, parse_cache_paths, parse_contexts, widen
+from bench.master_context import offered_evidence, parse_cache_paths, parse_contexts, widen, with_rag
 from cluster.locomo_data import Conversation, Turn
 from core.config.episodic import EpisodicConfig
 from tests.doubles import ScriptedEngine
@@ -23,7 +23,8 @@ def _conversation() -> Conversation:
 def test_parse_contexts():
     assert parse_contexts("product, 0:0,1:1,1:1") == ["product", "0:0", "1:1"]
     assert parse_contexts("offered,product") == ["offered", "product"]
-    for bad in ("1", "a:b", "1:-1", "full"):
+    assert parse_contexts("offered+rag:2,offered") == ["offered+rag:2", "offered"]
+    for bad in ("1", "a:b", "1:-1", "full", "offered+rag:0", "offered+rag:x", "offered+rag"):
         with pytest.raises(ValueError, match="before:after"):
             parse_contexts(bad)
 
@@ -67,3 +68,13 @@ def test_offered_evidence_is_selected_again_as_the_product_selects():
     assert evidence[1].content == "[some date] Ann: line 1.9"
     master = Master(ScriptedEngine(), EpisodicConfig(master_evidence=3))
     assert [e.turn_id for e in master.select("q?", evidence)] == ["D1:9", "D1:3", "D1:1"]
+
+
+def test_with_rag_keeps_the_assistants_best_then_adds_new_ranked_turns():
+    conv = _conversation()
+    lines = {e.turn_id: e for e in widen(conv, [t.turn_id for t in conv.turns], 0, 0)}
+    assistants = [lines[t] for t in ("D1:3", "D1:9", "D1:1")]  # best first
+    ranked = [lines[t] for t in ("D1:9", "D2:2", "D1:1", "D1:5", "D1:6")]
+    assert [e.turn_id for e in with_rag(assistants, ranked, 2, 2)] == ["D1:3", "D1:9", "D2:2", "D1:1"]
+    assert [e.turn_id for e in with_rag(assistants, ranked[:2], 3, 2)] == ["D1:3", "D1:9", "D1:1", "D2:2"]
+    assert [e.turn_id for e in with_rag(assistants, [], 1, 3)] == ["D1:3"]
