@@ -13,6 +13,8 @@ Signals per (question, segment), each min-max normalised over the conversation's
 - ``stripped``: lines embedded without their ``[date] speaker:`` header (the stored lines carry it);
 - ``prf``: a second round — BM25 of each segment for the text of the question's ``m`` best lines of the first
   round (``kw + vec_max_speaker``), added with weight ``beta``;
+- ``line_hybrid_max``: the best line by plain RAG's line score (``bench.systems.RagBaseline``: min-max cosine +
+  min-max BM25, each over the conversation's lines, the lines with their header);
 - ``learned``: logistic regression on all signals, trained leave-one-conversation-out (segment holds evidence).
 
 ``router`` is the configured router itself (``EpisodicRouter``, fusion with its BM25 boost, no cap): the
@@ -89,8 +91,8 @@ def conversation_signals(sample_id: str, segments: list[Segment], questions: lis
     kw = np.vstack([seg_bm25.scores(t) for t in texts])
     n = len(segments)
     signals = {"kw": _minmax(kw)}
-    bare_vectors = encoder.encode(bare)
-    for name, vectors in (("", encoder.encode(lines)), ("_stripped", bare_vectors)):
+    bare_vectors, vectors_full = encoder.encode(bare), encoder.encode(lines)
+    for name, vectors in (("", vectors_full), ("_stripped", bare_vectors)):
         sims = q @ vectors.T
         masked = np.where(mask, sims, -1.0)
         signals[f"vec_mean{name}"] = _minmax(_top_mean(sims, owner, n, config.top_chunks))
@@ -99,6 +101,8 @@ def conversation_signals(sample_id: str, segments: list[Segment], questions: lis
     # NOTE: the second round starts from the best first-round lines of the named speaker (dense + BM25 per line)
     line_bm25 = bm25_index(config)
     line_bm25.add(lines)
+    line_kw = np.vstack([line_bm25.scores(t) for t in texts])
+    signals["line_hybrid_max"] = _minmax(_segment_max(_minmax(q @ vectors_full.T) + _minmax(line_kw), starts))
     sims = q @ bare_vectors.T
     expansion = np.zeros_like(kw)
     for i, text in enumerate(texts):
@@ -130,6 +134,9 @@ def scorings(convs: list[ConversationSignals], weights: list[float], beta: float
     for w in weights:
         for vec in ("vec_mean", "vec_max", "vec_max_speaker", "vec_max_stripped", "vec_max_stripped_speaker"):
             out[f"kw + {w} {vec}"] = lambda _, c, w=w, vec=vec: c.signals["kw"] + w * c.signals[vec]
+    out["line_hybrid_max"] = lambda _, c: c.signals["line_hybrid_max"]
+    for w in weights:
+        out[f"kw + {w} line_hybrid_max"] = lambda _, c, w=w: c.signals["kw"] + w * c.signals["line_hybrid_max"]
     for w in weights:
         out[f"kw + {w} vec_max_stripped_speaker + {beta} prf_kw"] = (
             lambda _, c, w=w: c.signals["kw"] + w * c.signals["vec_max_stripped_speaker"] + beta * c.signals["prf_kw"])

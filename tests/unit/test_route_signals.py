@@ -42,10 +42,11 @@ def test_signals_follow_the_named_speaker_and_rank_the_evidence_segment_first():
     q = Question("c", f"What did Ann say about {words}?", "", 4, [turn_id])
     conv = conversation_signals("c", segs, [q], HashingEncoder(dim=512), RouterConfig(chunking="turn"), 3)
     assert set(conv.signals) >= {"kw", "vec_mean", "vec_max", "vec_max_speaker", "vec_max_stripped_speaker",
-                                 "prf_kw"}
+                                 "prf_kw", "line_hybrid_max"}
     assert all(v.shape == (1, len(segs)) and v.min() >= 0 and v.max() <= 1 for v in conv.signals.values())
     assert conv.labels[0].tolist() == [turn_id in s.turn_ids for s in segs]
-    best = int(np.argmax(conv.signals["vec_max_stripped_speaker"][0]))
-    assert turn_id in segs[best].turn_ids
+    for signal in ("vec_max_stripped_speaker", "line_hybrid_max"):
+        best = int(np.argmax(conv.signals[signal][0]))
+        assert turn_id in segs[best].turn_ids, signal
     recall, cats = recall_rows([conv], lambda _, c: c.signals["kw"] + c.signals["vec_max_stripped_speaker"], 1)
     assert recall.tolist() == [1.0] and cats.tolist() == [4]
