@@ -134,9 +134,7 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
     parser.add_argument("--results-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     categories = locomo.categories_arg(parser, args.categories)
-    for flag, value in (("--limit", args.limit), ("--per-category", args.per_category)):
-        if value is not None and value <= 0:
-            parser.error(f"{flag} must be a positive integer")
+    locomo.positive_counts(parser, args)
 
     setup_logging()
     cfg = load_config(args.profile)

@@ -431,6 +431,13 @@ def categories_arg(parser: argparse.ArgumentParser, text: str) -> list[int]:
     return categories
 
 
+def positive_counts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--limit`` and ``--per-category``, when given, must be positive (else the parser's usage error)."""
+    for flag, value in (("--limit", args.limit), ("--per-category", args.per_category)):
+        if value is not None and value <= 0:
+            parser.error(f"{flag} must be a positive integer")
+
+
 def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None, encoder: Any = None,
          engine: Any = None) -> dict:
     """Run the benchmark. ``factory`` replaces ``bench.systems.build_system`` (tests pass a fake);
@@ -459,9 +466,7 @@ def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None,
     if not systems or unknown:
         parser.error(f"--system: unknown {unknown or 'empty'}; known: {', '.join(SYSTEMS)}")
     categories = categories_arg(parser, args.categories)
-    for flag, value in (("--limit", args.limit), ("--per-category", args.per_category)):
-        if value is not None and value <= 0:
-            parser.error(f"{flag} must be a positive integer")
+    positive_counts(parser, args)
 
     setup_logging()
     cfg = load_config(args.profile)

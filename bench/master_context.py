@@ -47,7 +47,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -88,9 +88,9 @@ def parse_contexts(text: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def with_rag(assistants: Sequence[Evidence], ranked: Sequence[Evidence], keep: int, add: int) -> list[Evidence]:
+def with_rag(assistants: Sequence[Evidence], ranked: Iterable[Evidence], keep: int, add: int) -> list[Evidence]:
     """The first ``keep`` of the assistants' evidence (already selected, best first), then the first ``add`` turns
-    of ``ranked`` that are not among them."""
+    of ``ranked`` that are not among them (``ranked`` is read only as far as needed)."""
     out = list(assistants[:keep])
     seen = {e.turn_id for e in out}
     for e in ranked:
@@ -255,6 +255,8 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         for done, conv in enumerate(tqdm(convs, desc="conversations", file=sys.stderr), start=1):
             items = picked[conv.sample_id]
+            if rag is not None:  # NOTE: once per conversation, whatever the number of offered+rag contexts
+                rag.ingest(conv.turns)
             for name in contexts:
                 if name == PRODUCT:  # the cached lines as they are: they fitted the window when answered
                     evidence = [widen(conv, row["evidence_turn_ids"], 0, 0, ep.ground_dates) for _, _, row in items]
@@ -263,10 +265,9 @@ def main(argv: list[str] | None = None) -> dict:
                                 for _, q, row in items]
                 elif name.startswith(WITH_RAG):  # the assistants' best lines, then plain RAG's best new turns
                     add = int(name.removeprefix(WITH_RAG))
-                    rag.ingest(conv.turns)
                     evidence = [master.fit(with_rag(
                         dedupe_evidence(by_score(offered_evidence(conv, row["offered"], ep.ground_dates))),
-                        [turn_evidence(conv.turns[i], ground_dates=ep.ground_dates) for i in rag.rank(q.question)],
+                        (turn_evidence(conv.turns[i], ground_dates=ep.ground_dates) for i in rag.rank(q.question)),
                         max(ep.master_evidence - add, 0), add), q.question) for _, q, row in items]
                 else:
                     before, after = map(int, name.split(":"))

@@ -91,22 +91,20 @@ def conversation_signals(sample_id: str, segments: list[Segment], questions: lis
     kw = np.vstack([seg_bm25.scores(t) for t in texts])
     n = len(segments)
     signals = {"kw": _minmax(kw)}
-    bare_vectors, vectors_full = encoder.encode(bare), encoder.encode(lines)
-    for name, vectors in (("", vectors_full), ("_stripped", bare_vectors)):
-        sims = q @ vectors.T
+    full_sims, bare_sims = q @ encoder.encode(lines).T, q @ encoder.encode(bare).T
+    for name, sims in (("", full_sims), ("_stripped", bare_sims)):
         masked = np.where(mask, sims, -1.0)
         signals[f"vec_mean{name}"] = _minmax(_top_mean(sims, owner, n, config.top_chunks))
         signals[f"vec_max{name}"] = _minmax(_segment_max(sims, starts))
         signals[f"vec_max{name}_speaker"] = _minmax(_segment_max(masked, starts))
-    # NOTE: the second round starts from the best first-round lines of the named speaker (dense + BM25 per line)
     line_bm25 = bm25_index(config)
     line_bm25.add(lines)
     line_kw = np.vstack([line_bm25.scores(t) for t in texts])
-    signals["line_hybrid_max"] = _minmax(_segment_max(_minmax(q @ vectors_full.T) + _minmax(line_kw), starts))
-    sims = q @ bare_vectors.T
+    signals["line_hybrid_max"] = _minmax(_segment_max(_minmax(full_sims) + _minmax(line_kw), starts))
+    # NOTE: the second round starts from the best first-round lines of the named speaker (dense + BM25 per line)
     expansion = np.zeros_like(kw)
-    for i, text in enumerate(texts):
-        line_score = _minmax(np.where(mask[i], sims[i], -1.0)[None])[0] + _minmax(line_bm25.scores(text)[None])[0]
+    for i in range(len(texts)):
+        line_score = _minmax(np.where(mask[i], bare_sims[i], -1.0)[None])[0] + _minmax(line_kw[i][None])[0]
         best = np.argsort(-np.where(mask[i], line_score, -np.inf), kind="stable")[:prf_lines]
         expansion[i] = seg_bm25.scores(" ".join(bare[j] for j in best))
     signals["prf_kw"] = _minmax(expansion)
