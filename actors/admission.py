@@ -48,6 +48,7 @@ WEIGHTS_FILE = "admission.pt"
 SETTINGS_FILE = "admission.json"
 PACKAGED_WEIGHTS = "admission_heads"  # folder next to this module: the committed heads (admission.weights: packaged)
 TRAIN_COMMAND = "python -m cluster.train_admission"
+DEFAULT_THRESHOLD = 0.5  # p_add cut when neither the config nor the trained settings give one
 
 # Keyword rule for the content-type label, checked in this order; the first match wins, else "other".
 _TYPE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -304,7 +305,7 @@ class AdmissionClassifier:
         device: str = "cpu",
         dtype: str = "float32",
         *,
-        threshold: float,
+        threshold: float | None = None,
         cache_dir: str | Path | None = None,
     ) -> AdmissionClassifier:
         """Read ``<path>/admission.pt`` + ``admission.json`` (written by ``python -m cluster.train_admission``).
@@ -312,8 +313,9 @@ class AdmissionClassifier:
         ``backbone_loader(name)`` builds the backbone the settings name (default: :func:`load_backbone` in
         ``dtype``, converted models under ``cache_dir``; ``int8`` loads float32 and quantizes the layers the
         exit keeps). The settings' ``exit_layer`` (how many layers the heads were trained after) decides how
-        much of the backbone runs. The projector and heads always run in float32. The trained threshold of the
-        settings wins; ``threshold`` (the config's ``admission.threshold``) is used when none is saved.
+        much of the backbone runs. The projector and heads always run in float32. ``threshold`` (the config's
+        ``admission.threshold``) wins when given; else the trained threshold of the settings, else
+        :data:`DEFAULT_THRESHOLD`.
         """
         path = Path(path)
         require_weights(path)
@@ -332,15 +334,20 @@ class AdmissionClassifier:
         if dtype == "int8":
             model.backbone = quantize_int8(model.backbone)
         saved = settings.get("threshold")
-        chosen = float(threshold if saved is None else saved)
+        if threshold is not None:
+            chosen, source = float(threshold), "configured"
+        elif saved is not None:
+            chosen, source = float(saved), "trained"
+        else:
+            chosen, source = DEFAULT_THRESHOLD, "default"
         log.info("admission classifier loaded from %s (exit after %d layers, %s, threshold %.3f, %s)", path,
-                 model.exit_layer, dtype, chosen, "configured" if saved is None else "trained")
+                 model.exit_layer, dtype, chosen, source)
         return cls(model.to(device), threshold=chosen)
 
     @classmethod
     def from_config(cls, config: EngramConfig) -> AdmissionClassifier:
         """The trained classifier of ``config``: weights from :func:`configured_weights`, on ``admission.device``,
-        backbone in ``admission.dtype``; ``admission.threshold`` when no trained threshold is saved."""
+        backbone in ``admission.dtype``; ``admission.threshold`` when set, else the trained threshold."""
         acfg = config.admission
         return cls.load(configured_weights(config), device=acfg.device, dtype=acfg.dtype,
                         threshold=acfg.threshold, cache_dir=config.paths.cache_dir)

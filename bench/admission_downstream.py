@@ -1,12 +1,13 @@
 """Admission downstream on LoCoMo: how well questions are answered when only the admitted turns are stored.
 
     python -m bench.admission_downstream --split test [--system rag] [--limit N] [--per-category N] [--seed 0]
-                                         [--category predicted|gold] [--profile cpu|cpu-quality]
+                                         [--category predicted|gold] [--profile cpu|cpu-quality] [--threshold P]
 
 Storage policies, one run, the same questions:
 - ``store_all``: every turn.
 - ``classifier``: the trained MemRouter classifier (``actors/admission.py``; ``python -m cluster.train_admission``
-  first), each conversation streamed in order through ``ChunkStream`` as the service does.
+  first), each conversation streamed in order through ``ChunkStream`` as the service does; a turn is kept when its
+  p_add reaches ``--threshold`` (default: the threshold trained with the heads).
 - ``random``: per conversation, a seeded random choice of as many turns as the classifier kept.
 - ``keyword``: per conversation, as many turns as the classifier kept, those with the most memory keywords
   (the content-type rules' patterns of ``actors/admission.py``; ties: longer text first, then stream order).
@@ -111,6 +112,7 @@ def markdown(out: dict) -> str:
     gaps = (out["f1_classifier_minus_random"], out["f1_classifier_minus_store_all"])
     return "\n".join(rows) + (
         f"\n\nsplit {out['split']}, system {out['system']}, profile {out['profile']}, categories {out['category']}, "
+        f"classifier threshold {'trained' if out.get('threshold') is None else out['threshold']}, "
         f"budget {out['budget']:.3f} of turns; classifier "
         f"minus random {gaps[0]:+.3f} F1, minus store-all {gaps[1]:+.3f}.\n")
 
@@ -127,6 +129,9 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
     parser.add_argument("--per-category", type=int, default=None,
                         help="first N questions of each category of each conversation (as bench.locomo)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random policy")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="the classifier's p_add cut (admission.threshold; default: the trained threshold); a "
+                        "lower cut stores more turns, and random and keyword keep as many")
     parser.add_argument("--category", choices=locomo.CATEGORY_MODES, default="predicted",
                         help="predicted: the master reads the question's kind from its words (as /v1/ask without a "
                         "category); gold: LoCoMo's labels and adversarial answers")
@@ -135,9 +140,13 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
     args = parser.parse_args(argv)
     categories = locomo.categories_arg(parser, args.categories)
     locomo.positive_counts(parser, args)
+    if args.threshold is not None and not 0 < args.threshold < 1:
+        parser.error(f"--threshold must lie strictly between 0 and 1, got {args.threshold}")
 
     setup_logging()
     cfg = load_config(args.profile)
+    if args.threshold is not None:
+        cfg = cfg.model_copy(update={"admission": cfg.admission.model_copy(update={"threshold": args.threshold})})
     data = args.data or cfg.data.locomo_path
     convs = split(load_locomo(data), args.split)
     selection = {c.sample_id: locomo.select_questions(c, categories, args.limit, args.per_category) for c in convs}
@@ -172,13 +181,15 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
            "budget": next(r["stored_share"] for r in results if r["policy"] == "classifier"),
            "f1_classifier_minus_random": f1["classifier"] - f1["random"],
            "f1_classifier_minus_store_all": f1["classifier"] - f1["store_all"],
+           "threshold": cfg.admission.threshold,
            "limit": args.limit, "per_category": args.per_category, "seed": args.seed, "category": args.category,
            "profile": cfg.profile,
            "results": results}
     out_dir = (args.results_dir or cfg.paths.results_dir) / "admission"
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"downstream-{args.split}-{args.system}.md").write_text(markdown(out))
-    (out_dir / f"downstream-{args.split}-{args.system}.json").write_text(json.dumps(out, indent=2))
+    stem = f"downstream-{args.split}-{args.system}" + ("" if args.threshold is None else f"-t{args.threshold:g}")
+    (out_dir / f"{stem}.md").write_text(markdown(out))
+    (out_dir / f"{stem}.json").write_text(json.dumps(out, indent=2))
     emit_json(out)
     return out
 

@@ -146,8 +146,12 @@ class AdmissionConfig(Section):
         le=10_000,
         description="Wall-time budget of training; the step that crosses it ends training (then held-out evaluation).",
     )
-    threshold: float = Field(
-        0.5, gt=0, lt=1, description="p_add at or above which a turn is stored when no trained threshold is saved."
+    threshold: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="p_add at or above which a turn is stored. Unset: the threshold saved with the trained heads "
+        "(the held-out F1-best cut), else 0.5. Set it to trade storage for recall: a lower cut stores more turns.",
     )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of initialisation and shuffling.")
     mode: Literal["classifier", "store_all"] = Field(

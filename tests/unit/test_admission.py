@@ -11,6 +11,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from actors.admission import (
     CONTENT_TYPES,
+    DEFAULT_THRESHOLD,
     SETTINGS_FILE,
     AdmissionClassifier,
     AdmissionModel,
@@ -114,7 +115,7 @@ def test_tiny_training_separates_a_planted_pattern():
 def test_decision_alone_equals_decision_in_a_batch():
     rng = np.random.default_rng(3)
     chunks = random_chunks(rng, [5, 1, 3, 5, 2, 4])
-    clf = AdmissionClassifier(tiny_model(), threshold=AdmissionConfig().threshold)
+    clf = AdmissionClassifier(tiny_model(), threshold=DEFAULT_THRESHOLD)
     batched_p, batched_t = clf.p_add(chunks)
     batch = clf.classify(chunks)
     for i, chunk in enumerate(chunks):
@@ -132,18 +133,20 @@ def test_save_and_load_roundtrip_and_missing_weights_message(tmp_path):
         model.op_head[-1].bias.add_(0.3)
     settings = {"backbone": "tiny", "embed_dim": DIM, "projector_hidden": 32, "threshold": 0.42}
     save(tmp_path, model, FitResult(model.trainable_state(), 0.42, 0.0), settings)
-    loaded = AdmissionClassifier.load(tmp_path, backbone_loader=lambda name: tiny_backbone(seed=4), threshold=0.3)
+    loaded = AdmissionClassifier.load(tmp_path, backbone_loader=lambda name: tiny_backbone(seed=4))
     chunks = random_chunks(np.random.default_rng(5), [5, 2])
-    assert loaded.threshold == 0.42  # the trained threshold wins over the configured one
-    reference = AdmissionClassifier(model, threshold=AdmissionConfig().threshold)
+    assert loaded.threshold == 0.42  # nothing configured: the trained threshold
+    configured = AdmissionClassifier.load(tmp_path, backbone_loader=lambda name: tiny_backbone(seed=4), threshold=0.3)
+    assert configured.threshold == 0.3  # a configured threshold wins over the trained one
+    reference = AdmissionClassifier(model, threshold=DEFAULT_THRESHOLD)
     assert np.allclose(loaded.p_add(chunks)[0], reference.p_add(chunks)[0], atol=1e-6)
     settings_file = tmp_path / SETTINGS_FILE
     untrained = {k: v for k, v in json.loads(settings_file.read_text()).items() if k != "threshold"}
     settings_file.write_text(json.dumps(untrained))
-    fallback = AdmissionClassifier.load(tmp_path, backbone_loader=lambda name: tiny_backbone(seed=4), threshold=0.3)
-    assert fallback.threshold == 0.3  # no trained threshold saved: the configured one
+    fallback = AdmissionClassifier.load(tmp_path, backbone_loader=lambda name: tiny_backbone(seed=4))
+    assert fallback.threshold == DEFAULT_THRESHOLD  # neither configured nor trained
     with pytest.raises(FileNotFoundError, match="python -m cluster.train_admission"):
-        AdmissionClassifier.load(tmp_path / "nothing", threshold=AdmissionConfig().threshold)
+        AdmissionClassifier.load(tmp_path / "nothing")
 
 
 class FakeEncoder:

@@ -133,3 +133,30 @@ def test_cut_keeps_questions_and_order(env):
     conv = load_locomo(data)[0]
     short = ad.cut(conv, {"D1:3", "D1:1"})
     assert [t.dia_id for t in short.turns] == ["D1:1", "D1:3"] and short.questions == conv.questions
+
+
+def test_threshold_reaches_the_classifier_and_names_its_own_table(tmp_path, monkeypatch):
+    data = tmp_path / "locomo.json"
+    data.write_text(json.dumps([_sample("conv-48", 4, CONV_A), _sample("conv-49", 3, CONV_B)]))
+    monkeypatch.setenv("ENGRAM_PATHS__CACHE_DIR", str(tmp_path / "cache"))
+    evidence = {q: (a or "", ev) for qa in (CONV_A, CONV_B) for q, a, _, ev in qa}
+    seen: list[float | None] = []
+
+    def decide(convs, cfg):  # stores more turns the lower the configured cut, as the classifier does
+        seen.append(cfg.admission.threshold)
+        n = 1 if cfg.admission.threshold is None else 3
+        return {c.sample_id: {t.dia_id for t in c.turns[:n]} for c in convs}
+
+    def run(*flags: str) -> dict:
+        argv = ["--data", str(data), "--results-dir", str(tmp_path / "results"), *flags]
+        return ad.main(argv, factory=lambda name, config, **_: ReadsAll(evidence), decide=decide)
+
+    trained, lower = run(), run("--threshold", "0.1")
+    assert seen == [None, 0.1] and (trained["threshold"], lower["threshold"]) == (None, 0.1)
+    assert trained["budget"] == pytest.approx(2 / 7) and lower["budget"] == pytest.approx(6 / 7)
+    tables = tmp_path / "results" / "admission"
+    assert "classifier threshold trained" in (tables / "downstream-test-rag.md").read_text()
+    assert "classifier threshold 0.1" in (tables / "downstream-test-rag-t0.1.md").read_text()
+    for bad in ("0", "1", "1.5"):
+        with pytest.raises(SystemExit):
+            run("--threshold", bad)
