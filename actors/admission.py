@@ -73,6 +73,13 @@ def keyword_count(text: str) -> int:
     return sum(len(pattern.findall(text)) for _, pattern in _TYPE_RULES)
 
 
+def rule_decision(text: str, keyword_min: int | None = None) -> Decision:
+    """Admission without a model: ADD with the keyword rule's content type; with ``keyword_min``, NOOP for a turn
+    holding fewer memory keywords (``admission.mode: keyword``)."""
+    keep = keyword_min is None or keyword_count(text) >= keyword_min
+    return Decision("ADD" if keep else "NOOP", content_type_rule(text), None)
+
+
 def content_type_rule(text: str) -> str:
     """The content-type label this project trains on: first matching keyword rule, else ``other``.
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from actors.admission import Decision, content_type_rule
+from actors.admission import Decision, rule_decision
 from actors.segmenter import Segment
 from actors.shards import Shards, assistants, router, tier
 from actors.tenant_episodes import TurnRecord
@@ -146,8 +146,10 @@ class WritePath:
 
     async def _admit(self, tenant: str, turns: Sequence[TurnRecord], vectors: np.ndarray) -> list[Decision]:
         with span("admission", mode=self.config.admission.mode, turns=len(turns)) as sp:
-            if self.classify is None:  # admission.mode == store_all
-                decisions = [Decision("ADD", content_type_rule(t.text), None) for t in turns]
+            if self.classify is None:  # store_all (also where no classifier is wired in), or the keyword rule
+                acfg = self.config.admission
+                keyword_min = acfg.keyword_min if acfg.mode == "keyword" else None
+                decisions = [rule_decision(t.text, keyword_min) for t in turns]
             else:
                 context = await router(self.shards, tenant).context(tenant)
                 decisions = await self.classify(admission_chunks(context, vectors, self.config.admission.max_turns))

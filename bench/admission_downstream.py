@@ -11,6 +11,10 @@ Storage policies, one run, the same questions:
 - ``random``: per conversation, a seeded random choice of as many turns as the classifier kept.
 - ``keyword``: per conversation, as many turns as the classifier kept, those with the most memory keywords
   (the content-type rules' patterns of ``actors/admission.py``; ties: longer text first, then stream order).
+- ``keyword_rule``: what the service's ``admission.mode: keyword`` admits, turn by turn with no hindsight: turns
+  holding at least ``admission.keyword_min`` memory keywords (its own budget).
+
+``--policies`` runs a subset (default: all); the differences to the classifier are null when a side is not run.
 
 Each policy's conversations are cut to the turns it keeps and handed to the LoCoMo harness's system
 (``--system``, default ``rag``: dense + BM25 top turns, then the master; the same small model as every
@@ -37,21 +41,26 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from actors.admission import AdmissionClassifier, ChunkStream, keyword_count
+from actors.admission import AdmissionClassifier, ChunkStream, keyword_count, rule_decision
 from bench import locomo
 from bench.common import emit_json, setup_logging
 from cluster.locomo_data import SPLITS, Conversation, load_locomo, split
 from core.config import load_config
 
-POLICIES = ("store_all", "classifier", "random", "keyword")
+POLICIES = ("store_all", "classifier", "random", "keyword", "keyword_rule")
 Keep = dict[str, set[str]]  # conversation id -> dia_ids stored
 
 
-def budget_policies(convs: Sequence[Conversation], classifier: Keep, seed: int) -> dict[str, Keep]:
-    """The four policies' kept turns; random and keyword keep per conversation as many as the classifier."""
+def budget_policies(convs: Sequence[Conversation], classifier: Keep, seed: int, keyword_min: int = 1
+                    ) -> dict[str, Keep]:
+    """Every policy's kept turns; random and keyword keep per conversation as many as the classifier; keyword_rule
+    keeps what ``admission.mode: keyword`` admits (turns with at least ``keyword_min`` memory keywords)."""
     rng = np.random.default_rng(seed)
     out: dict[str, Keep] = {"store_all": {c.sample_id: {t.dia_id for t in c.turns} for c in convs},
-                            "classifier": classifier, "random": {}, "keyword": {}}
+                            "classifier": classifier, "random": {}, "keyword": {},
+                            "keyword_rule": {c.sample_id: {t.dia_id for t in c.turns
+                                                           if rule_decision(t.text, keyword_min).op == "ADD"}
+                                             for c in convs}}
     for c in convs:
         n = len(classifier[c.sample_id])
         ids = [t.dia_id for t in c.turns]
@@ -109,12 +118,13 @@ def markdown(out: dict) -> str:
         rows.append(f"| {r['policy']} | {r['stored_share']:.3f} | {r['evidence_stored']:.3f} | "
                     f"{r['evidence_recall'] or 0:.3f} | {f1['overall'] or 0:.3f} | {f1['overall_no5'] or 0:.3f} | "
                     f"{_group(by_read['all'])} | {_group(by_read['none'])} | {r['questions']} |")
-    gaps = (out["f1_classifier_minus_random"], out["f1_classifier_minus_store_all"])
+    gaps = ["–" if g is None else f"{g:+.3f}" for g in (out["f1_classifier_minus_random"],
+                                                          out["f1_classifier_minus_store_all"])]
     return "\n".join(rows) + (
         f"\n\nsplit {out['split']}, system {out['system']}, profile {out['profile']}, categories {out['category']}, "
         f"classifier threshold {'trained' if out.get('threshold') is None else out['threshold']}, "
         f"budget {out['budget']:.3f} of turns; classifier "
-        f"minus random {gaps[0]:+.3f} F1, minus store-all {gaps[1]:+.3f}.\n")
+        f"minus random {gaps[0]} F1, minus store-all {gaps[1]}.\n")
 
 
 def main(argv: list[str] | None = None, *, factory: Callable | None = None,
@@ -129,6 +139,7 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
     parser.add_argument("--per-category", type=int, default=None,
                         help="first N questions of each category of each conversation (as bench.locomo)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random policy")
+    parser.add_argument("--policies", default=",".join(POLICIES), help=f"comma list of {', '.join(POLICIES)}")
     parser.add_argument("--threshold", type=float, default=None,
                         help="the classifier's p_add cut (admission.threshold; default: the trained threshold); a "
                         "lower cut stores more turns, and random and keyword keep as many")
@@ -140,6 +151,9 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
     args = parser.parse_args(argv)
     categories = locomo.categories_arg(parser, args.categories)
     locomo.positive_counts(parser, args)
+    chosen = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not chosen or set(chosen) - set(POLICIES):
+        parser.error(f"--policies takes a comma list of {', '.join(POLICIES)}, got {args.policies!r}")
     if args.threshold is not None and not 0 < args.threshold < 1:
         parser.error(f"--threshold must lie strictly between 0 and 1, got {args.threshold}")
 
@@ -150,7 +164,7 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
     data = args.data or cfg.data.locomo_path
     convs = split(load_locomo(data), args.split)
     selection = {c.sample_id: locomo.select_questions(c, categories, args.limit, args.per_category) for c in convs}
-    policies = budget_policies(convs, (decide or classifier_keep)(convs, cfg), args.seed)
+    policies = budget_policies(convs, (decide or classifier_keep)(convs, cfg), args.seed, cfg.admission.keyword_min)
     load_models = factory is None
     if factory is None:
         from bench.systems import build_system
@@ -161,7 +175,7 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
     turns = sum(len(c.turns) for c in convs)
     results = []
     try:
-        for policy in POLICIES:
+        for policy in (p for p in POLICIES if p in chosen):
             keep = policies[policy]
             digest = locomo.config_hash(cfg, f"{args.system}@{policy}", data_digest=data_digest + _keep_digest(keep),
                                         code_digest=code_digest, category=args.category)
@@ -177,11 +191,14 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
     finally:
         models.close()
     f1 = {r["policy"]: r["f1"]["overall"] or 0.0 for r in results}
+
+    def minus(other: str) -> float | None:
+        return f1["classifier"] - f1[other] if {"classifier", other} <= f1.keys() else None
+
     out = {"split": args.split, "system": args.system, "turns": turns,
-           "budget": next(r["stored_share"] for r in results if r["policy"] == "classifier"),
-           "f1_classifier_minus_random": f1["classifier"] - f1["random"],
-           "f1_classifier_minus_store_all": f1["classifier"] - f1["store_all"],
-           "threshold": cfg.admission.threshold,
+           "budget": sum(len(v) for v in policies["classifier"].values()) / turns,
+           "f1_classifier_minus_random": minus("random"), "f1_classifier_minus_store_all": minus("store_all"),
+           "threshold": cfg.admission.threshold, "keyword_min": cfg.admission.keyword_min,
            "limit": args.limit, "per_category": args.per_category, "seed": args.seed, "category": args.category,
            "profile": cfg.profile,
            "results": results}

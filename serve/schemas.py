@@ -74,7 +74,9 @@ class TurnResult(_Body):
     id: str
     admitted: bool = Field(description="Stored (ADD) or not (NOOP).")
     type: str = Field(description="Content type: fact, preference, plan, emotion, event or other.")
-    p_add: float | None = Field(None, description="The classifier's probability of ADD (null in store_all mode).")
+    p_add: float | None = Field(
+        None, description="The classifier's probability of ADD (null unless admission.mode is classifier)."
+    )
     duplicate_of: str | None = Field(
         None, description="Not stored because the same speaker's memory with this id already says it (dedup)."
     )

@@ -154,8 +154,12 @@ class AdmissionConfig(Section):
         "(the held-out F1-best cut), else 0.5. Set it to trade storage for recall: a lower cut stores more turns.",
     )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of initialisation and shuffling.")
-    mode: Literal["classifier", "store_all"] = Field(
+    mode: Literal["classifier", "store_all", "keyword"] = Field(
         "classifier",
         description="The service's admission: 'classifier' (the trained heads; the service refuses to start without "
-        "them) or 'store_all' (every turn is admitted; its type comes from the keyword rule).",
+        "them), 'store_all' (every turn is admitted; its type comes from the keyword rule) or 'keyword' (a turn is "
+        "admitted when it holds at least keyword_min memory keywords: the content-type rules' patterns, no model).",
+    )
+    keyword_min: int = Field(
+        1, ge=1, le=100, description="mode 'keyword': memory keywords a turn must hold to be admitted."
     )

@@ -59,10 +59,12 @@ def test_every_policy_stores_the_classifiers_budget_and_the_system_sees_only_sto
     shares = {r["policy"]: r["stored_share"] for r in out["results"]}
     assert shares["store_all"] == 1.0 and out["budget"] == shares["classifier"] == 3 / 7
     assert shares["random"] == shares["keyword"] == 3 / 7
-    ingested = [sorted(t.dia_id for t in s.turns) for s in systems]  # 4 policies x 2 conversations, in order
+    ingested = [sorted(t.dia_id for t in s.turns) for s in systems]  # 5 policies x 2 conversations, in order
     assert ingested[:2] == [["D1:1", "D1:2", "D1:3", "D1:4"], ["D1:1", "D1:2", "D1:3"]]
     assert ingested[2:4] == [["D1:1", "D1:2"], ["D1:3"]]
-    assert all(len(a) == 2 for a in ingested[4::2]) and all(len(b) == 1 for b in ingested[5::2])
+    assert all(len(a) == 2 for a in ingested[4:8:2]) and all(len(b) == 1 for b in ingested[5:8:2])
+    assert ingested[8:] == [[], []]  # keyword_rule: "turn 1 of conv-48" holds no memory keyword
+    assert shares["keyword_rule"] == 0.0
     # evidence of categories 1-4: conv-48 D1:1, D1:2, D1:3, D1:2 and conv-49 D1:1, D1:2, D1:3 -> 4 of 7 kept
     classifier = next(r for r in out["results"] if r["policy"] == "classifier")
     assert classifier["evidence_stored"] == pytest.approx(4 / 7)
@@ -115,6 +117,8 @@ def test_random_is_seeded_and_keyword_prefers_memory_words():
     a = ad.budget_policies(convs, classifier, seed=3)
     assert a["random"] == ad.budget_policies(convs, classifier, seed=3)["random"]
     assert a["keyword"] == {"c": {"D1:2"}}  # "I love my new job" beats "ok" and "hm"
+    assert a["keyword_rule"] == {"c": {"D1:2"}}  # the online rule: only turns with a memory keyword
+    assert ad.budget_policies(convs, classifier, seed=3, keyword_min=5)["keyword_rule"] == {"c": set()}
 
 
 def load_locomo_sample():
@@ -160,3 +164,14 @@ def test_threshold_reaches_the_classifier_and_names_its_own_table(tmp_path, monk
     for bad in ("0", "1", "1.5"):
         with pytest.raises(SystemExit):
             run("--threshold", bad)
+
+
+def test_policies_runs_a_subset_and_leaves_the_missing_differences_null(env):
+    run, systems, _, _ = env
+    out = run("--policies", "classifier,keyword_rule")
+    assert [r["policy"] for r in out["results"]] == ["classifier", "keyword_rule"]
+    assert out["f1_classifier_minus_random"] is None and out["f1_classifier_minus_store_all"] is None
+    assert out["budget"] == 3 / 7 and len(systems) == 4
+    for bad in ("", "classifier,everything"):
+        with pytest.raises(SystemExit):
+            run("--policies", bad)

@@ -156,6 +156,24 @@ def test_the_classifier_reads_the_stream_context_and_decides_what_is_stored() ->
     asyncio.run(run())
 
 
+def test_keyword_admission_stores_turns_with_memory_words_and_no_model_is_asked() -> None:
+    async def run() -> None:
+        svc = Service()
+        svc.config.admission.mode, svc.config.admission.keyword_min = "keyword", 1
+        said = ["ok", "I love hiking with my dog", "haha", "We are going to Paris next month!"]
+        report = await svc.post("u", [TurnIn(f"k{i}", "Ann", text) for i, text in enumerate(said)])
+        assert report.admitted == [False, True, False, True]
+        assert [d.content_type for d in report.decisions][1::2] == ["preference", "plan"]
+        assert all(d.p_add is None for d in report.decisions)
+        _, total = await tier(svc.shards, "u").list("u", 0, 10)
+        assert total == 2
+        svc.config.admission.mode = "store_all"  # the same turns again, under other ids: every one stored
+        again = await svc.post("v", [TurnIn(f"s{i}", "Ann", text) for i, text in enumerate(said)])
+        assert again.admitted == [True] * 4
+
+    asyncio.run(run())
+
+
 def test_turn_lines_carry_grounded_dates_on_the_speakers_local_date() -> None:
     berlin = timezone(timedelta(hours=2))
     said = datetime(2023, 5, 8, 1, 0, tzinfo=berlin)  # 23:00 UTC on 7 May
