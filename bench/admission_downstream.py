@@ -204,7 +204,8 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
            "results": results}
     out_dir = (args.results_dir or cfg.paths.results_dir) / "admission"
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"downstream-{args.split}-{args.system}" + ("" if args.threshold is None else f"-t{args.threshold:g}")
+    cut_at = cfg.admission.threshold  # the flag or ENGRAM_ADMISSION__THRESHOLD
+    stem = f"downstream-{args.split}-{args.system}" + ("" if cut_at is None else f"-t{cut_at:g}")
     (out_dir / f"{stem}.md").write_text(markdown(out))
     (out_dir / f"{stem}.json").write_text(json.dumps(out, indent=2))
     emit_json(out)
