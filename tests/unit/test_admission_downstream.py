@@ -45,7 +45,7 @@ def env(tmp_path, monkeypatch):
     def decide(convs, cfg):  # the "classifier": D1:1 and D1:2 of conv-48, D1:3 of conv-49
         return {"conv-48": {"D1:1", "D1:2"}, "conv-49": {"D1:3"}}
 
-    def run(*flags: str) -> dict:
+    def run(*flags: str, decide=decide) -> dict:
         argv = ["--data", str(data), "--results-dir", str(tmp_path / "results"), *flags]
         return ad.main(argv, factory=factory, decide=decide)
 
@@ -139,11 +139,8 @@ def test_cut_keeps_questions_and_order(env):
     assert [t.dia_id for t in short.turns] == ["D1:1", "D1:3"] and short.questions == conv.questions
 
 
-def test_threshold_reaches_the_classifier_and_names_its_own_table(tmp_path, monkeypatch):
-    data = tmp_path / "locomo.json"
-    data.write_text(json.dumps([_sample("conv-48", 4, CONV_A), _sample("conv-49", 3, CONV_B)]))
-    monkeypatch.setenv("ENGRAM_PATHS__CACHE_DIR", str(tmp_path / "cache"))
-    evidence = {q: (a or "", ev) for qa in (CONV_A, CONV_B) for q, a, _, ev in qa}
+def test_threshold_reaches_the_classifier_and_names_its_own_table(env):
+    run_with, _, _, tmp_path = env
     seen: list[float | None] = []
 
     def decide(convs, cfg):  # stores more turns the lower the configured cut, as the classifier does
@@ -152,8 +149,7 @@ def test_threshold_reaches_the_classifier_and_names_its_own_table(tmp_path, monk
         return {c.sample_id: {t.dia_id for t in c.turns[:n]} for c in convs}
 
     def run(*flags: str) -> dict:
-        argv = ["--data", str(data), "--results-dir", str(tmp_path / "results"), *flags]
-        return ad.main(argv, factory=lambda name, config, **_: ReadsAll(evidence), decide=decide)
+        return run_with(*flags, decide=decide)
 
     trained, lower = run(), run("--threshold", "0.1")
     assert seen == [None, 0.1] and (trained["threshold"], lower["threshold"]) == (None, 0.1)
