@@ -8,7 +8,7 @@ Three orthogonal paths score every segment:
   ≤ ``chunk_chars`` pieces of the segment text (:func:`chunk_text`, as E-mem's code cuts them);
 - ``kw`` (P_kw): raw BM25 of the question over each segment's raw text (exact names, ids, dates).
 
-Two ways to combine them (``RouterConfig.mode``):
+Three ways to combine them (``RouterConfig.mode``):
 
 - ``union`` (the paper's text): each path activates its top ``k_<path>`` segments (``kw`` only
   those with a BM25 score > 0); any segment hit by any path is active. Order: combined score.
@@ -16,8 +16,13 @@ Two ways to combine them (``RouterConfig.mode``):
   of its chunks among the global top ``top_chunks``, (c) BM25; combined
   ``0.3a + 0.4b + 0.3c``; segments with normalised BM25 ≥ ``bm25_boost`` first, then the best
   combined scores (> 0), at most ``max_segments``.
+- ``lines``: every line (``chunking: turn``) is scored by ``vec_weight`` x its min-max normalised cosine plus
+  ``kw_weight`` x its min-max normalised BM25 over the lines; the best lines, each with ``line_window``
+  neighbours on either side (stream order, each turn once), are routed until ``line_budget`` tokens; a segment
+  is activated with its routed lines only (``Activation.lines``), best line first. On LoCoMo's train split this
+  covers more of a question's evidence than 5 whole segments of the same tokens (docs/episodic.md).
 
-In both modes the newest segment can always be included (``include_newest``). The combined score
+In every mode the newest segment can always be included (``include_newest``). The combined score
 of an activation is the fusion formula over the mode's own path scores (in union, the vec score
 is the best chunk's cosine rather than a top-chunk mean). Questions are embedded once per call;
 scoring is numpy over all segments and chunks at once.
@@ -25,6 +30,7 @@ scoring is numpy over all segments and chunks at once.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -62,7 +68,8 @@ class Activation:
     ``scores``: raw per-path scores (cosine for global/vec, BM25 for kw; no ``global`` key
     without a summary); ``score``: the combined score; ``newest``: it is the newest segment;
     ``line_scores``: cosine(question, each line) in line order when chunks are lines (``chunking:
-    turn``), empty otherwise — the assistants' shortlist starts from them.
+    turn``), empty otherwise — the assistants' shortlist starts from them; ``lines``: in ``lines`` mode the
+    indices of the segment's routed lines (ascending), empty when the whole segment is routed.
     """
 
     segment_id: int
@@ -71,6 +78,7 @@ class Activation:
     scores: dict[str, float] = field(default_factory=dict)
     newest: bool = False
     line_scores: tuple[float, ...] = ()
+    lines: tuple[int, ...] = ()
 
 
 def chunk_text(text: str, max_chars: int) -> list[str]:
@@ -132,8 +140,71 @@ def bm25_index(config: RouterConfig, factory: BM25Factory = SparseBM25Index) -> 
     )
 
 
+class _LineIndex:
+    """``lines`` mode: each chunk row's (line's) BM25 document, token count and turn id, in chunk-row order; a
+    turn repeated by a segment's overlap is routed at its first row only."""
+
+    def __init__(self, config: RouterConfig, factory: BM25Factory) -> None:
+        self.bm25 = bm25_index(config, factory)
+        self.tokens = np.zeros(0, dtype=np.int64)
+        self.turns: list[str] = []
+        self._stream: np.ndarray | None = None  # first rows of each turn, in row (stream) order
+
+    def add(self, segments: Sequence[Segment], chunk_lists: Sequence[Sequence[str]]) -> None:
+        tokens, turns = [], []
+        for seg, chunks in zip(segments, chunk_lists, strict=True):
+            kept = [(t, n) for line, t, n in zip(seg.lines, seg.turn_ids, seg.token_counts, strict=True) if line]
+            if len(kept) != len(chunks):  # a segment without a non-empty line: its text is one chunk
+                kept = [(seg.turn_ids[0] if seg.turn_ids else f"segment-{seg.id}", seg.tokens)]
+            turns += [t for t, _ in kept]
+            tokens += [n for _, n in kept]
+        self.bm25.add([c for chunks in chunk_lists for c in chunks])
+        self.tokens = np.concatenate([self.tokens, np.asarray(tokens, dtype=np.int64)])
+        self.turns += turns
+        self._stream = None
+
+    def drop(self, rows: Sequence[int]) -> None:
+        for r in sorted(rows, reverse=True):
+            self.bm25.replace(int(r), None)
+            del self.turns[int(r)]
+        self.tokens = np.delete(self.tokens, np.asarray(rows, dtype=np.int64))
+        self._stream = None
+
+    @property
+    def stream(self) -> np.ndarray:
+        if self._stream is None:
+            seen: set[str] = set()
+            first = []
+            for r, t in enumerate(self.turns):
+                if t not in seen:
+                    seen.add(t)
+                    first.append(r)
+            self._stream = np.asarray(first, dtype=np.int64)
+        return self._stream
+
+    def pick(self, score: np.ndarray, window: int, budget: int) -> list[int]:
+        """Rows routed for one question: the best-scored first rows (``score`` > 0; -inf where not eligible),
+        each with ``window`` eligible neighbours in stream order, while ``budget`` tokens last."""
+        stream = self.stream
+        order = np.argsort(-score[stream], kind="stable").tolist()
+        s, rows, tokens = score[stream].tolist(), stream.tolist(), self.tokens.tolist()
+        chosen: dict[int, None] = {}
+        used = 0
+        for p in order:
+            if not s[p] > 0 or used >= budget:  # NOTE: as fusion, a line with no signal (or not eligible) seeds nothing
+                break
+            for q in range(max(0, p - window), min(len(rows), p + window + 1)):
+                r = rows[q]
+                if r not in chosen and s[q] > -math.inf and used + tokens[r] <= budget:
+                    chosen[r] = None
+                    used += tokens[r]
+        return list(chosen)
+
+
 class EpisodicRouter:
     """Indexes segments on three paths and routes questions to them. No Ray, no model inside."""
+
+    _lines: _LineIndex | None = None  # NOTE: a class default, so that snapshots from before lines mode still load
 
     def __init__(
         self,
@@ -153,6 +224,7 @@ class EpisodicRouter:
         self._chunk_vecs = np.zeros((0, dim), dtype=np.float32)
         self._chunk_owner = np.zeros(0, dtype=np.int64)
         self._chunk_starts = np.zeros(0, dtype=np.int64)  # first chunk row of each segment
+        self._lines = _LineIndex(c, bm25_factory) if c.mode == "lines" else None
 
     # -- indexing --------------------------------------------------------------------
     def __len__(self) -> int:
@@ -196,6 +268,8 @@ class EpisodicRouter:
 
         # NOTE: every path grows before the ids do, so a failed encode leaves the router as it was.
         self._bm25.add([s.text for s in segments])
+        if self._lines is not None:
+            self._lines.add(segments, chunk_lists)
         self._chunk_vecs = np.vstack([self._chunk_vecs, chunk_vecs.astype(np.float32, copy=False)])
         self._chunk_owner = np.concatenate([self._chunk_owner, owners])
         self._chunk_starts = np.concatenate([self._chunk_starts, starts])
@@ -230,6 +304,8 @@ class EpisodicRouter:
         starts = self._chunk_starts.copy()
         starts[row + 1 :] -= len(gone)
         self._bm25.replace(row, None if drop_segment else text)
+        if self._lines is not None:
+            self._lines.drop(gone)
         if drop_segment:
             owners[owners > row] -= 1
             starts = np.delete(starts, row)
@@ -269,7 +345,9 @@ class EpisodicRouter:
         glob = q @ self._summary_vecs.T  # (nq, n); meaningless where there is no summary
         chunk_sims = q @ self._chunk_vecs.T  # (nq, m)
         kw = np.vstack([self._bm25.scores(text) for text in questions])
-        if self.config.mode == "union":
+        if self.config.mode == "lines":
+            routed = [self._by_lines(text, chunk_sims[i], ok) for i, text in enumerate(questions)]
+        elif self.config.mode == "union":
             vec = np.maximum.reduceat(chunk_sims, self._chunk_starts, axis=1)
             routed = [self._union(glob[i], vec[i], kw[i], ok) for i in range(len(questions))]
         else:
@@ -345,6 +423,36 @@ class EpisodicRouter:
         for r in rows:
             hits[r].update(p for p, s in (("global", a[r]), ("kw", k[r])) if s > 0)
         return self._activations(rows, hits, combined, glob, vec, kw, cap=c.max_segments, ok=ok)
+
+    def _by_lines(self, question: str, sims: np.ndarray, ok: np.ndarray | None) -> list[Activation]:
+        """``lines`` mode for one question: the routed lines grouped by segment, the segment of the best line
+        first; the newest segment (when included and not routed) last, whole."""
+        c, index = self.config, self._lines
+        if index is None or len(index.turns) != len(sims):
+            raise RuntimeError("router: lines mode needs its line index (built when the router was made in lines mode)")
+        kw = index.bm25.scores(question)
+        valid = None if ok is None else ok[self._chunk_owner]
+        vec_n, kw_n = _minmax(sims[None], valid)[0], _minmax(kw[None], valid)[0]
+        score = c.vec_weight * vec_n + c.kw_weight * kw_n
+        if valid is not None:
+            score = np.where(valid, score, -np.inf)
+        rows = index.pick(score, c.line_window, c.line_budget)
+        by_segment: dict[int, list[int]] = {}
+        for r in sorted(rows, key=lambda r: (-score[r], r)):
+            by_segment.setdefault(int(self._chunk_owner[r]), []).append(r)
+        newest = len(self._ids) - 1
+        out = []
+        for seg_row, picked in by_segment.items():
+            start = int(self._chunk_starts[seg_row])
+            whole = c.include_newest and seg_row == newest
+            paths = frozenset(p for p, x in (("vec", vec_n), ("kw", kw_n)) if float(x[picked].max()) > 0)
+            out.append(Activation(self._ids[seg_row], float(score[picked[0]]), paths,
+                                  {"vec": float(sims[picked].max()), "kw": float(kw[picked].max())},
+                                  newest=seg_row == newest,
+                                  lines=() if whole else tuple(sorted(r - start for r in picked))))
+        if c.include_newest and newest not in by_segment and (ok is None or ok[newest]):
+            out.append(Activation(self._ids[newest], 0.0, frozenset(), {}, newest=True))
+        return out
 
     def _activations(
         self,

@@ -3,7 +3,8 @@
 ``POST /v1/ask`` (``serve/ingress.py``) and the LoCoMo benchmark (``bench/systems.py``) both answer through
 :meth:`ReadPath.ask`, so every benchmark number measures what the service runs:
 
-1. **route**: the tenant's router core activates segments for the question (summary / dense / BM25 paths) and
+1. **route**: the tenant's router core activates segments for the question (summary / dense / BM25 paths; or,
+   in the router's ``lines`` mode, the best lines and their neighbours, each segment with those lines only) and
    hands back a copy of the open (still filling) segment;
 2. **extract**: the assistant cores that hold the activated segments re-read them for the question, all in
    parallel (one call per core, its segments in one engine batch); the open segment is read too. Their
@@ -80,8 +81,8 @@ class ReadPath:
 
     async def extract(self, tenant: str, question: str, route: RouteResult) -> tuple[list[Evidence], TokenBill]:
         """The assistants' evidence for the routed segments (in routing order), then the open segment's (a scoped
-        route's ``allowed`` lines only: the router already cut the open segment to them); every core's candidates
-        fused together."""
+        or line-routed route's ``allowed`` lines only: the router already cut the open segment to them); every
+        core's candidates fused together."""
         groups: dict[int, list[int]] = defaultdict(list)  # assistant core -> ranks of its activations
         for rank, a in enumerate(route.activations):
             groups[self.shards.assistant_index(tenant, a.segment_id)].append(rank)

@@ -66,7 +66,8 @@ class RouteResult:
     activations: list[Activation]
     segments: dict[int, tuple[datetime, datetime, list[str]]]  # id -> (start, end, turn ids)
     open_segment: Segment | None = None
-    # a scoped route: the routed turns inside the scope (the only lines a reader may see); None: every turn
+    # a scoped route, or one routed by lines (router mode 'lines'): the routed turns (inside the scope), the only
+    # lines a reader may see; None: every turn of the routed segments
     allowed: frozenset[str] | None = None
     idf: dict[str, float] | None = None  # the question's terms' idf over the tenant's segments (EpisodicRouter)
 
@@ -96,6 +97,13 @@ def _lent(encoder: KnownVectors, text: str, vector: np.ndarray) -> Iterator[None
             encoder.known.pop(text, None)
         else:
             encoder.known[text] = before
+
+
+def _routed_lines(meta: tuple[datetime, datetime, list[str]],
+                  lines: Sequence[int]) -> tuple[datetime, datetime, list[str]]:
+    """A segment's (start, end, turn ids) cut to the routed ``lines`` (all of it when none are named)."""
+    start, end, turn_ids = meta
+    return meta if not lines else (start, end, [turn_ids[i] for i in lines])
 
 
 class TenantEpisodes:
@@ -193,15 +201,15 @@ class TenantEpisodes:
             eligible = {sid for sid, (_, _, turn_ids) in s.meta.items() if not inside.isdisjoint(turn_ids)}
         with _lent(s.encoder, question, vector):
             activations = s.router.route(question, eligible)
-        meta = {a.segment_id: s.meta[a.segment_id] for a in activations}
+        meta = {a.segment_id: _routed_lines(s.meta[a.segment_id], a.lines) for a in activations}
         open_seg = s.segmenter.current() if self.config.router.include_newest else None
         if open_seg is not None and inside is not None:
             open_seg.drop_turns(set(open_seg.turn_ids) - inside)
         allowed = None
-        if inside is not None:
+        if inside is not None or any(a.lines for a in activations):
             routed = [t for _, _, turn_ids in meta.values() for t in turn_ids]
             routed += open_seg.turn_ids if open_seg is not None else []
-            allowed = frozenset(t for t in routed if t in inside)
+            allowed = frozenset(t for t in routed if inside is None or t in inside)
         return RouteResult(activations, meta, open_seg if open_seg and open_seg.lines else None, allowed,
                            s.router.term_idf(question))
 

@@ -7,18 +7,22 @@ nothing to score). Reported per setting:
 
 - ``evidence_recall``: mean over questions of the share of their evidence turn ids that lie in
   some activated segment; ``all_evidence_share``: questions with every evidence turn covered;
-- ``segments_per_question`` (mean) and ``segments_max`` activated, the newest included;
+- ``segments_per_question`` (mean) and ``segments_max`` activated, the newest included (``best_at_most_5``: the
+  best setting within 5 segments, or within 5 segments' tokens for lines mode);
 - ``tokens_per_question`` the assistants would read, and ``conversation_share``: that over the
   conversation's tokens (a large share makes recall cheap: 5 of 6 segments covers nearly all).
 
-Settings: segment size x chunking x {union with (k_vec, k_kw) pairs, fusion with max_segments}
-x newest handling. Tokens are counted with SmolLM2's tokenizer (the converted model's
+Settings: segment size x chunking x {union with (k_vec, k_kw) pairs, fusion with max_segments,
+lines with (line_window, line_budget) pairs (``--lines``, turn chunking only; a segment counts with its routed
+lines only)} x newest handling. Tokens are counted with SmolLM2's tokenizer (the converted model's
 ``tokenizer.json`` in the cache, see ``cluster.smollm``), else with the segmenter's estimate;
 the JSON says which. Texts are embedded once per distinct text (MiniLM, cached on disk), so
-``route_ms`` is routing without the query's embedding. The test split is never read here.
+``route_ms`` is routing without the query's embedding. The train split unless ``--split test`` (for a
+final table only: nothing is tuned on it).
 
     python -m bench.route_recall                       # ~3-5 min on 2 cores, first run
     python -m bench.route_recall --sizes 1024 --union 2:2,3:2 --fusion-max 5 --chunking turn
+    python -m bench.route_recall --sizes 1024 --chunking turn --union "" --fusion-max 5 --lines 2:5120 --newest off
     ENGRAM_ROUTER__BM25_STEM=true ENGRAM_ROUTER__BM25_STOP_WORDS=questions python -m bench.route_recall
 """
 
@@ -35,7 +39,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from actors.episodic_router import EpisodicRouter
+from actors.episodic_router import Activation, EpisodicRouter
 from actors.segmenter import Segment, estimate_tokens, segment_turns
 from bench.common import emit_json, parse_int_list, setup_logging
 from cluster.embedding_cache import embed_cached
@@ -106,7 +110,7 @@ def _with(base: RouterConfig, **update) -> RouterConfig:
 
 
 def variants(base: RouterConfig, union: list[tuple[int, int]], fusion_max: list[int], newest: list[str],
-             chunking: str) -> list[Variant]:
+             chunking: str, lines: Sequence[tuple[int, int]] = ()) -> list[Variant]:
     out = []
     for nw in newest:
         flags = {"include_newest": nw != "off", "newest_extra": nw == "extra", "chunking": chunking}
@@ -116,11 +120,25 @@ def variants(base: RouterConfig, union: list[tuple[int, int]], fusion_max: list[
         for m in fusion_max:
             cfg = _with(base, mode="fusion", max_segments=m, **flags)
             out.append(Variant(f"fusion max{m} newest={nw}", cfg))
+        for window, budget in lines if chunking == "turn" and nw != "within" else ():
+            cfg = _with(base, mode="lines", line_window=window, line_budget=budget, **flags)
+            out.append(Variant(f"lines w{window} {budget}tok newest={nw}", cfg))
     return out
 
 
-def evidence_recall(activated: list[Segment], question: Question) -> float:
-    covered = {tid for s in activated for tid in s.turn_ids}
+def routed_lines(acts: Sequence[Activation], by_id: dict[int, Segment]) -> list[tuple[str, int]]:
+    """(turn id, tokens) of every routed line: a segment's routed lines (``Activation.lines``) or all of it."""
+    out = []
+    for a in acts:
+        seg = by_id[a.segment_id]
+        picked = a.lines or range(len(seg.lines))
+        out += [(seg.turn_ids[i], seg.token_counts[i]) for i in picked]
+    return out
+
+
+def evidence_recall(activated: list[Segment] | list[tuple[str, int]], question: Question) -> float:
+    """Share of ``question``'s evidence turns among ``activated`` segments (or routed (turn id, tokens) lines)."""
+    covered = {tid for s in activated for tid in (s.turn_ids if isinstance(s, Segment) else s[:1])}
     return sum(e in covered for e in question.evidence) / len(question.evidence)
 
 
@@ -140,11 +158,11 @@ def run_setting(conversations: list[Conversation], segments: dict[str, list[Segm
             ms = (time.perf_counter() - t0) * 1000 / max(len(questions), 1)
             acc = per[v.name]
             for q, acts in zip(questions, routed, strict=True):
-                activated = [by_id[a.segment_id] for a in acts]
-                acc["recall"].append(evidence_recall(activated, q))
+                lines = routed_lines(acts, by_id)
+                acc["recall"].append(evidence_recall(lines, q))
                 acc["n"].append(len(acts))
                 acc["cat"].append(q.category)
-                acc["tokens"].append(sum(s.tokens for s in activated))
+                acc["tokens"].append(sum(n for _, n in lines))
                 acc["share"].append(acc["tokens"][-1] / conv_tokens)
             acc["ms"].append(ms)
     rows = []
@@ -154,11 +172,14 @@ def run_setting(conversations: list[Conversation], segments: dict[str, list[Segm
         rows.append({
             "setting": v.name, "mode": v.config.mode, "k_vec": v.config.k_vec, "k_kw": v.config.k_kw,
             "max_segments": v.config.max_segments if v.config.mode == "fusion" else None,
+            **({"line_window": v.config.line_window, "line_budget": v.config.line_budget}
+               if v.config.mode == "lines" else {}),
             "newest": _newest_name(v.config),
             "evidence_recall": round(float(recall.mean()), 4),
             "all_evidence_share": round(float((recall >= 1).mean()), 4),
             "segments_per_question": round(float(n.mean()), 3), "segments_max": int(n.max()),
             "tokens_per_question": round(float(np.mean(acc["tokens"])), 1),
+            "tokens_max": int(np.max(acc["tokens"])),
             "conversation_share": round(float(np.mean(acc["share"])), 4),
             "recall_by_category": {str(c): round(float(recall[cat == c].mean()), 4) for c in CATEGORIES},
             "route_ms": round(float(np.mean(acc["ms"])), 3),
@@ -208,6 +229,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--union", default="1:1,2:2,3:3,5:5,3:1,1:3,3:2,2:3,4:1",
                         help="union settings as k_vec:k_kw pairs")
     parser.add_argument("--fusion-max", default="3,4,5", help="fusion max_segments values")
+    parser.add_argument("--lines", default="", help="lines-mode settings as line_window:line_budget pairs, e.g. "
+                        "2:5120,0:5120 (turn chunking only)")
+    parser.add_argument("--split", choices=["train", "test"], default="train",
+                        help="LoCoMo split (test: for a final table only; tune on train)")
     parser.add_argument("--newest", default="extra,off", help=f"newest handling, from {','.join(NEWEST)}")
     parser.add_argument("--depths", default="", help="also: evidence recall of the first d segments of the "
                         "configured ranking, e.g. 5,8,10,15 (per segment size and chunking; JSON key depth_curve)")
@@ -223,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     union, fusion_max = parse_pairs(args.union), parse_int_list(args.fusion_max)
     setup_logging()
     cfg = load_config(args.profile)
-    conversations = split(load_locomo(args.data or cfg.data.locomo_path), "train")  # never the test split
+    conversations = split(load_locomo(args.data or cfg.data.locomo_path), args.split)
     if args.counter == "estimate":
         count, counter = estimate_tokens, "estimate"
     else:
@@ -242,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
         segment_stats.append({"size": size, "segments_per_conversation": round(float(np.mean(n_segs)), 2),
                               "tokens_per_segment": round(float(np.mean(tokens)), 1)})
         for chunking in chunkings:
-            vs = variants(cfg.router, union, fusion_max, newest, chunking)
+            vs = variants(cfg.router, union, fusion_max, newest, chunking, parse_pairs(args.lines))
             probe = EpisodicRouter(encoder, vs[0].config)
             encoder.prime([c for segs in segments.values() for s in segs for c in probe.chunks_of(s)],
                           is_query=False, label=f"route-recall-{chunking}")
@@ -253,12 +278,13 @@ def main(argv: list[str] | None = None) -> None:
                     conversations, segments, encoder, _with(cfg.router, chunking=chunking),
                     parse_int_list(args.depths))})
 
-    within5 = [r for r in results if r["segments_max"] <= 5]
+    within5 = [r for r in results if r["segments_max"] <= 5
+               or (r["mode"] == "lines" and r["tokens_max"] <= 5 * r["size"])]  # lines: 5 segments' tokens
     best = max(within5, key=lambda r: r["evidence_recall"]) if within5 else None
     out_dir = Path(cfg.paths.results_dir) / "route_recall"
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {
-        "split": "train", "conversations": len(conversations), "questions": len(questions),
+        "split": args.split, "conversations": len(conversations), "questions": len(questions),
         "categories": list(CATEGORIES), "counter": counter, "overlap": args.overlap,
         "embedder": cfg.embedder.model,
         "bm25": {"idf": cfg.router.bm25_idf, "stop_words": cfg.router.bm25_stop_words, "stem": cfg.router.bm25_stem},

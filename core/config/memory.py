@@ -172,10 +172,13 @@ class TierMemoryConfig(Section):
 class RouterConfig(Section):
     """The episodic router (E-mem): which segments' assistants a question activates."""
 
-    mode: Literal["union", "fusion"] = Field(
+    mode: Literal["union", "fusion", "lines"] = Field(
         "union",
         description="'union': each path's top-k, any segment hit by any path is active (E-mem paper text); "
-        "'fusion': weighted min-max fusion of the three paths, at most max_segments (E-mem code).",
+        "'fusion': weighted min-max fusion of the three paths, at most max_segments (E-mem code); 'lines': "
+        "each line is scored by min-max cosine and min-max BM25 (vec_weight, kw_weight), the best lines with "
+        "line_window neighbours each side are routed until line_budget tokens, each segment activated with "
+        "the routed lines only (needs chunking 'turn').",
     )
     k_global: int = Field(
         3, ge=0, le=1000,
@@ -210,6 +213,14 @@ class RouterConfig(Section):
         "null disables the boost.",
     )
     max_segments: int = Field(5, gt=0, le=1000, description="Fusion: most segments routed (E-mem code: 5).")
+    line_window: int = Field(
+        2, ge=0, le=100, description="Lines: neighbouring lines routed on each side of a chosen line (stream order)."
+    )
+    line_budget: int = Field(
+        5120, gt=0, le=1_000_000,
+        description="Lines: most tokens routed per question (5 segments of 1,024 tokens on the CPU profile), "
+        "counted with the segmenter's counts; the newest segment, when included, comes on top.",
+    )
     include_newest: bool = Field(
         True, description="Always activate the newest segment (E-mem code queries the filling block too)."
     )
@@ -241,4 +252,8 @@ class RouterConfig(Section):
     def _some_weight(self) -> RouterConfig:
         if self.global_weight + self.vec_weight + self.kw_weight <= 0:
             raise ValueError("router: global_weight + vec_weight + kw_weight must be > 0")
+        if self.mode == "lines" and self.chunking != "turn":
+            raise ValueError("router: mode 'lines' scores turn lines; set chunking: turn")
+        if self.mode == "lines" and self.vec_weight + self.kw_weight <= 0:
+            raise ValueError("router: mode 'lines' needs vec_weight + kw_weight > 0")
         return self

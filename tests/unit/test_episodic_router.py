@@ -270,3 +270,75 @@ def test_activations_carry_each_lines_cosine_when_chunks_are_lines():
     chars = EpisodicRouter(enc, RouterConfig(chunking="chars"))
     chars.add(segs)
     assert all(a.line_scores == () for a in chars.route(question))  # chunks are not lines: nothing to give
+
+
+# -- lines mode ------------------------------------------------------------------------------------
+
+
+def lines_router(**overrides) -> EpisodicRouter:
+    cfg = {"mode": "lines", "chunking": "turn", "vec_weight": 0.0, "kw_weight": 1.0, "include_newest": False,
+           "line_window": 0, **overrides}
+    return router(**cfg)
+
+
+def stream_segments() -> list[Segment]:
+    """Three segments of 10-token lines; the last line of each is replayed first in the next (overlap 1)."""
+    a = Segment(0, ["t0", "t1", "t2"], ["kappa", "alpha one", "lambda"], [T0] * 3, [10] * 3)
+    b = Segment(1, ["t2", "t3", "t4"], ["lambda", "mu", "alpha two"], [T0] * 3, [10] * 3, overlap=1)
+    c = Segment(2, ["t4", "t5", "t6"], ["alpha two", "nu", "alpha three"], [T0] * 3, [10] * 3, overlap=1)
+    return [a, b, c]
+
+
+def routed(acts, segments) -> list[str]:
+    by = {s.id: s for s in segments}
+    return [by[a.segment_id].turn_ids[i] for a in acts for i in (a.lines or range(len(by[a.segment_id].lines)))]
+
+
+def test_lines_mode_routes_the_best_lines_within_the_budget():
+    segs = stream_segments()
+    r = lines_router(line_budget=20)
+    r.add(segs)
+    acts = r.route("alpha")
+    # Three lines hold "alpha"; 20 tokens take two of them, each turn once, grouped by segment.
+    turns = routed(acts, segs)
+    assert len(turns) == 2 and set(turns) <= {"t1", "t4", "t6"} and len(set(turns)) == 2
+    assert all(a.lines for a in acts) and all("kw" in a.paths for a in acts)
+    assert [a.score for a in acts] == sorted((a.score for a in acts), reverse=True)
+    everything = lines_router(line_budget=1000)
+    everything.add(segs)
+    assert sorted(routed(everything.route("alpha"), segs)) == ["t1", "t4", "t6"]  # lines with no match stay out
+    assert everything.route("nothing matches") == []
+
+
+def test_lines_mode_window_reads_neighbours_across_segments_once():
+    segs = stream_segments()
+    r = lines_router(line_budget=1000, line_window=1)
+    r.add(segs)
+    turns = routed(r.route("mu"), segs)
+    # "mu" is t3; its neighbours t2 and t4 sit at the edges of segments 0/1 and 1/2 (replayed by the overlap):
+    # each is routed once, at its first row.
+    assert sorted(turns) == ["t2", "t3", "t4"] and len(turns) == 3
+    acts = r.route("mu")
+    assert [(a.segment_id, a.lines) for a in acts] == [(1, (1, 2)), (0, (2,))]  # the best line's segment first
+
+
+def test_lines_mode_scoped_newest_and_shrink():
+    segs = stream_segments()
+    r = lines_router(line_budget=1000)
+    r.add(segs)
+    assert {a.segment_id for a in r.route("alpha", eligible={2})} == {2}
+    newest = lines_router(line_budget=10, include_newest=True)
+    newest.add(segs)
+    acts = newest.route("one")
+    assert acts[0].segment_id == 0 and acts[0].lines == (1,)
+    assert acts[-1].segment_id == 2 and acts[-1].newest and acts[-1].lines == ()  # the newest, whole
+    # A line that leaves a segment leaves the line index too.
+    r.shrink(0, [True, False, True], "kappa\nlambda")
+    assert "t1" not in routed(r.route("alpha"), [Segment(0, ["t0", "t2"], ["kappa", "lambda"], [T0] * 2,
+                                                         [10] * 2), *segs[1:]])
+    assert r.route("one") == []
+
+
+def test_lines_mode_needs_turn_chunking():
+    with pytest.raises(ValueError, match="chunking"):
+        RouterConfig(mode="lines", chunking="chars")

@@ -340,6 +340,25 @@ def test_episodes_router_uses_the_passed_vectors():
     assert "an unrelated string" not in te._streams["u"].encoder.known
 
 
+def test_episodes_route_by_lines_cuts_segments_to_their_routed_lines():
+    te = TenantEpisodes(ep_config(mode="lines", line_window=1, line_budget=40), DIM)
+    a = random_stream(40, seed=3, prefix="A")
+    a[12] = turn("A:12", "we sailed to zanzibar last spring", 12)
+    closed = te.append("A", a, vecs(a), [True] * len(a))
+    q = "Who sailed to Zanzibar?"
+    res = te.route("A", q, ENC.encode([q])[0])
+    cut = [a for a in res.activations if a.lines]
+    assert cut and cut[0].segment_id in {s.id for s in closed if "A:12" in s.turn_ids}
+    routed = [t for _, _, ids in res.segments.values() for t in ids]
+    assert "A:12" in routed and "A:11" in routed and "A:13" in routed  # the best line and its neighbours
+    by_id = {s.id: s for s in closed}
+    for act in cut:
+        assert res.segments[act.segment_id][2] == [by_id[act.segment_id].turn_ids[i] for i in act.lines]
+    # Readers see the routed lines and the open segment's, nothing else.
+    assert res.allowed == frozenset(routed) | frozenset(res.open_segment.turn_ids)
+    assert len(routed) < sum(len(by_id[act.segment_id].turn_ids) for act in res.activations)
+
+
 def test_episodes_set_summary():
     te = TenantEpisodes(ep_config(), DIM)
     a = random_stream(40, seed=7)
