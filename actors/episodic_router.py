@@ -22,7 +22,8 @@ Three ways to combine them (``RouterConfig.mode``):
   is activated with its routed lines only (``Activation.lines``), best line first. On LoCoMo's train split this
   covers more of a question's evidence than 5 whole segments of the same tokens (docs/episodic.md).
 
-In every mode the newest segment can always be included (``include_newest``). The combined score
+In union and fusion the newest segment can always be included (``include_newest``; in lines mode it competes
+line by line). The combined score
 of an activation is the fusion formula over the mode's own path scores (in union, the vec score
 is the best chunk's cosine rather than a top-chunk mean). Questions are embedded once per call;
 scoring is numpy over all segments and chunks at once.
@@ -426,7 +427,8 @@ class EpisodicRouter:
 
     def _by_lines(self, question: str, sims: np.ndarray, ok: np.ndarray | None) -> list[Activation]:
         """``lines`` mode for one question: the routed lines grouped by segment, the segment of the best line
-        first; the newest segment (when included and not routed) last, whole."""
+        first. The newest closed segment competes line by line like the others (``include_newest`` still has
+        the read path read the open segment)."""
         c, index = self.config, self._lines
         if index is None or len(index.turns) != len(sims):
             raise RuntimeError("router: lines mode needs its line index (built when the router was made in lines mode)")
@@ -444,14 +446,10 @@ class EpisodicRouter:
         out = []
         for seg_row, picked in by_segment.items():
             start = int(self._chunk_starts[seg_row])
-            whole = c.include_newest and seg_row == newest
             paths = frozenset(p for p, x in (("vec", vec_n), ("kw", kw_n)) if float(x[picked].max()) > 0)
             out.append(Activation(self._ids[seg_row], float(score[picked[0]]), paths,
                                   {"vec": float(sims[picked].max()), "kw": float(kw[picked].max())},
-                                  newest=seg_row == newest,
-                                  lines=() if whole else tuple(sorted(r - start for r in picked))))
-        if c.include_newest and newest not in by_segment and (ok is None or ok[newest]):
-            out.append(Activation(self._ids[newest], 0.0, frozenset(), {}, newest=True))
+                                  newest=seg_row == newest, lines=tuple(sorted(r - start for r in picked))))
         return out
 
     def _activations(

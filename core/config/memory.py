@@ -219,7 +219,8 @@ class RouterConfig(Section):
     line_budget: int = Field(
         5120, gt=0, le=1_000_000,
         description="Lines: most tokens routed per question (5 segments of 1,024 tokens on the CPU profile), "
-        "counted with the segmenter's counts; the newest segment, when included, comes on top.",
+        "counted with the segmenter's counts; the newest closed segment competes line by line, the open (filling) "
+        "segment, read when include_newest, comes on top.",
     )
     include_newest: bool = Field(
         True, description="Always activate the newest segment (E-mem code queries the filling block too)."

@@ -329,9 +329,9 @@ def test_lines_mode_scoped_newest_and_shrink():
     assert {a.segment_id for a in r.route("alpha", eligible={2})} == {2}
     newest = lines_router(line_budget=10, include_newest=True)
     newest.add(segs)
-    acts = newest.route("one")
-    assert acts[0].segment_id == 0 and acts[0].lines == (1,)
-    assert acts[-1].segment_id == 2 and acts[-1].newest and acts[-1].lines == ()  # the newest, whole
+    # The newest closed segment is not added whole: it competes line by line.
+    assert [(a.segment_id, a.lines, a.newest) for a in newest.route("one")] == [(0, (1,), False)]
+    assert [(a.segment_id, a.lines, a.newest) for a in newest.route("three")] == [(2, (2,), True)]
     # A line that leaves a segment leaves the line index too.
     r.shrink(0, [True, False, True], "kappa\nlambda")
     assert "t1" not in routed(r.route("alpha"), [Segment(0, ["t0", "t2"], ["kappa", "lambda"], [T0] * 2,
