@@ -187,8 +187,9 @@ class _LineIndex:
         """Rows routed for one question: the best-scored first rows (``score`` > 0; -inf where not eligible),
         each with ``window`` eligible neighbours in stream order, while ``budget`` tokens last."""
         stream = self.stream
-        order = np.argsort(-score[stream], kind="stable").tolist()
-        s, rows, tokens = score[stream].tolist(), stream.tolist(), self.tokens.tolist()
+        ranked = score[stream]
+        order = np.argsort(-ranked, kind="stable").tolist()
+        s, rows, tokens = ranked.tolist(), stream.tolist(), self.tokens.tolist()
         chosen: dict[int, None] = {}
         used = 0
         for p in order:
@@ -343,17 +344,22 @@ class EpisodicRouter:
         if not self._ids or (ok is not None and not ok.any()):
             return [[] for _ in questions]
         q = self.encoder.encode(list(questions), is_query=True)
-        glob = q @ self._summary_vecs.T  # (nq, n); meaningless where there is no summary
         chunk_sims = q @ self._chunk_vecs.T  # (nq, m)
-        kw = np.vstack([self._bm25.scores(text) for text in questions])
-        if self.config.mode == "lines":
+        if self.config.mode == "lines":  # NOTE: lines mode reads neither summaries nor the segments' BM25
             routed = [self._by_lines(text, chunk_sims[i], ok) for i, text in enumerate(questions)]
-        elif self.config.mode == "union":
+            return self._with_line_scores(routed, chunk_sims)
+        glob = q @ self._summary_vecs.T  # (nq, n); meaningless where there is no summary
+        kw = np.vstack([self._bm25.scores(text) for text in questions])
+        if self.config.mode == "union":
             vec = np.maximum.reduceat(chunk_sims, self._chunk_starts, axis=1)
             routed = [self._union(glob[i], vec[i], kw[i], ok) for i in range(len(questions))]
         else:
             vec, in_top = self._top_chunk_means(chunk_sims)
             routed = [self._fusion(glob[i], vec[i], in_top[i], kw[i], ok) for i in range(len(questions))]
+        return self._with_line_scores(routed, chunk_sims)
+
+    def _with_line_scores(self, routed: list[list[Activation]], chunk_sims: np.ndarray) -> list[list[Activation]]:
+        """Each activation with its lines' cosines (``line_scores``) when chunks are lines."""
         if self.config.chunking != "turn":
             return routed
         spans = {a.segment_id: slice(*self._chunk_span(self._row[a.segment_id])) for acts in routed for a in acts}
