@@ -42,9 +42,11 @@ import numpy as np
 from rank_bm25 import BM25Okapi
 from scipy import sparse
 
+from core.config import RouterConfig
+
 __all__ = [
-    "BM25Index", "IdfKind", "QUESTION_WORDS", "RankBM25Index", "STOP_WORDS", "SparseBM25Index", "StopList",
-    "make_tokenizer", "tokenize",
+    "BM25Factory", "BM25Index", "BM25_SETTINGS", "IdfKind", "QUESTION_WORDS", "RankBM25Index", "STOP_WORDS",
+    "SparseBM25Index", "StopList", "bm25_index", "line_terms", "make_tokenizer", "tokenize",
 ]
 
 IdfKind = Literal["lucene", "okapi"]
@@ -265,3 +267,22 @@ class SparseBM25Index:
         data = idf[indices] * tf * (self.k1 + 1) / (tf + norm[rows])
         self._weights = sparse.csr_array((data, indices, indptr), shape=(n, vocab)).tocsc()
         return self._weights
+
+
+# Called as ``factory(k1=..., b=..., idf=..., epsilon=..., tokenizer=...)`` (either backend above).
+BM25Factory = Callable[..., BM25Index]
+# The router settings an index built by :func:`bm25_index` reads (what a baseline that borrows it depends on).
+BM25_SETTINGS = ("bm25_k1", "bm25_b", "bm25_idf", "bm25_epsilon", "bm25_stop_words", "bm25_stem")
+
+
+def line_terms(config: RouterConfig) -> Callable[[str], list[str]]:
+    """The router's BM25 tokenizer (stop words, stemming): the words a question and a line share."""
+    return make_tokenizer(config.bm25_stop_words, config.bm25_stem)
+
+
+def bm25_index(config: RouterConfig, factory: BM25Factory = SparseBM25Index) -> BM25Index:
+    """An empty BM25 index with the router's settings (the router's keyword paths and the plain-RAG baseline)."""
+    return factory(
+        k1=config.bm25_k1, b=config.bm25_b, idf=config.bm25_idf, epsilon=config.bm25_epsilon,
+        tokenizer=line_terms(config),
+    )

@@ -33,32 +33,21 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 import numpy as np
 
-from actors.bm25 import BM25Index, SparseBM25Index, make_tokenizer
+from actors.bm25 import BM25Factory, SparseBM25Index, bm25_index
 from actors.segmenter import Segment
 from core.config import RouterConfig
+from core.encoding import Encoder
 
 __all__ = ["PATHS", "Activation", "Encoder", "EpisodicRouter", "chunk_text"]
 
 PATHS = ("global", "vec", "kw")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
-
-class Encoder(Protocol):
-    """Texts -> float32 rows of unit length (``serve.embedder.Embedder`` fits)."""
-
-    dim: int
-
-    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray: ...
-
-
-# Called as ``factory(k1=..., b=..., idf=..., epsilon=..., tokenizer=...)`` (both backends in actors.bm25).
-BM25Factory = Callable[..., BM25Index]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,19 +115,6 @@ def _minmax(x: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
     ok = np.isfinite(span) & (span > 1e-10)
     out = np.where(ok, (x - np.where(ok, lo, 0)) / np.where(ok, span, 1), 0.0)
     return np.where(valid, out, 0.0)
-
-
-def line_terms(config: RouterConfig) -> Callable[[str], list[str]]:
-    """The router's BM25 tokenizer (stop words, stemming): the words a question and a line share."""
-    return make_tokenizer(config.bm25_stop_words, config.bm25_stem)
-
-
-def bm25_index(config: RouterConfig, factory: BM25Factory = SparseBM25Index) -> BM25Index:
-    """An empty BM25 index with the router's settings (also used by the plain-RAG baseline)."""
-    return factory(
-        k1=config.bm25_k1, b=config.bm25_b, idf=config.bm25_idf, epsilon=config.bm25_epsilon,
-        tokenizer=line_terms(config),
-    )
 
 
 class _LineIndex:

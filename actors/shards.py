@@ -28,7 +28,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, get_args
 
 import numpy as np
 
-from actors.episodic_router import line_terms
+from actors.bm25 import line_terms
 from actors.segmenter import estimate_tokens
 from actors.tenant_assistants import TenantAssistants
 from actors.tenant_episodes import TenantEpisodes

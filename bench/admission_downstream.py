@@ -171,14 +171,14 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
 
         factory = build_system
     models = locomo._Models(cfg, None, None, load=load_models)
-    data_digest, code_digest = locomo.file_digest(data), locomo.code_digest_of(factory, with_models=load_models)
+    data_digest = locomo.file_digest(data)
     turns = sum(len(c.turns) for c in convs)
     results = []
     try:
         for policy in (p for p in POLICIES if p in chosen):
             keep = policies[policy]
-            digest = locomo.config_hash(cfg, f"{args.system}@{policy}", data_digest=data_digest + _keep_digest(keep),
-                                        code_digest=code_digest, category=args.category)
+            digest = locomo.cache_key(cfg, args.system, factory, data_digest=data_digest + _keep_digest(keep),
+                                      category=args.category, with_models=load_models, label=f"{args.system}@{policy}")
             cache = locomo.ResultCache(cfg.paths.cache_dir / "locomo" / f"admission-{args.system}-{policy}-{digest}"
                                        ".jsonl")
             locomo.run_system(args.system, [cut(c, keep[c.sample_id]) for c in convs], selection, cfg, factory,

@@ -31,7 +31,8 @@ import numpy as np
 from tqdm import tqdm
 
 from actors.assistant import AssistantHost, SegmentQuery
-from actors.episodic_router import EpisodicRouter, line_terms
+from actors.bm25 import line_terms
+from actors.episodic_router import EpisodicRouter
 from actors.segmenter import segment_turns
 from bench.common import emit_json, parse_int_list, setup_logging
 from bench.route_recall import CachedEncoder, token_counter

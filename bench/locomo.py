@@ -20,11 +20,13 @@ the adversarial answer (for comparison with papers that prompt by category). The
 Resume: every answer is appended (and flushed) to
 ``<cache_dir>/locomo/<system>-<hash>.jsonl``; a rerun skips answered questions. Systems are
 in-memory, so a conversation with any unanswered question is ingested again from scratch; a
-fully answered one is not. The hash (:func:`config_hash`) covers the config tree, the engine
-config, the system and model names, the data file's bytes and the source of the factory's module, of the
-engine and embedder modules, and of every project module those import, directly or not
-(:func:`source_digest`). Config sections no system reads (:data:`UNREAD_SECTIONS`) and the config tree's
-source (its effect is the values) are left out, so edits there keep the cache.
+fully answered one is not. The hash (:func:`cache_key`) covers the config values the system reads (engram: the
+tree but :data:`UNREAD_SECTIONS`; a baseline: the sections and fields its class names), the engine config, the
+system and model names, the data file's bytes and the source of the system's module, of the engine and embedder
+modules, and of every project module those import, directly or not (:func:`source_digest`). The config tree's
+source is left out (its effect is the values), so edits there, and edits to code or settings a system does not
+read, keep its cache. ``--answers-dir bench/answers`` keeps the answers with the repository (a whole-split run of
+a baseline takes hours on a laptop's CPU: it resumes on the next machine from the committed rows).
 
 Metrics (:func:`summarise`): official F1 per category, overall (micro) and without category 5;
 ``f1_emem`` the same with E-mem's scorer; ``evidence_recall`` = mean over questions of categories
@@ -48,7 +50,7 @@ import inspect
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -198,10 +200,22 @@ def engine_config(cfg: EngramConfig):
     return EngineConfig()
 
 
+def config_view(cfg: EngramConfig, reads: Mapping[str, Sequence[str] | None] | None = None) -> dict:
+    """The config values a system reads: with ``reads`` (a system's ``config_reads``) those sections, or those
+    fields of them; without, the whole tree but :data:`UNREAD_SECTIONS`."""
+    if reads is None:
+        return cfg.model_dump(mode="json", exclude=set(UNREAD_SECTIONS))
+    view = {}
+    for section, fields in sorted(reads.items()):
+        values = getattr(cfg, section).model_dump(mode="json")
+        view[section] = values if fields is None else {f: values[f] for f in fields}
+    return view
+
+
 def config_hash(cfg: EngramConfig, system: str, *, data_digest: str, code_digest: str = "",
-                category: str = "gold") -> str:
-    """Short hash of everything that changes answers (where outputs go does not)."""
-    tree = cfg.model_dump(mode="json", exclude=set(UNREAD_SECTIONS))
+                category: str = "gold", reads: Mapping[str, Sequence[str] | None] | None = None) -> str:
+    """Short hash of everything that changes answers (where outputs go does not); ``reads``: :func:`config_view`."""
+    tree = config_view(cfg, reads)
     engine = engine_config(cfg).model_dump(mode="json")
     engine.pop("cache_dir", None)
     tree["engine"] = engine
@@ -210,9 +224,24 @@ def config_hash(cfg: EngramConfig, system: str, *, data_digest: str, code_digest
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:HASH_LENGTH]
 
 
-def cache_file(cfg: EngramConfig, system: str, digest: str) -> Path:
-    """Where ``system``'s answers for the settings hashed to ``digest`` (:func:`config_hash`) are cached."""
-    return cfg.paths.cache_dir / "locomo" / f"{system}-{digest}.jsonl"
+def cache_key(cfg: EngramConfig, system: str, factory: Any, *, data_digest: str, category: str = "gold",
+              with_models: bool = True, label: str | None = None) -> str:
+    """:func:`config_hash` of ``system`` answered through ``factory``. For ``bench.systems.build_system`` the key
+    covers the system's own class (its module and what that imports) and the config it reads (``config_reads``),
+    so an edit to engram's router keeps the baselines' answers; an injected factory is hashed whole. ``label``
+    names the answers in the key (default ``system``)."""
+    from bench.systems import SYSTEM_CLASSES, build_system
+
+    cls = SYSTEM_CLASSES.get(system) if factory is build_system else None
+    return config_hash(cfg, label or system, data_digest=data_digest,
+                       code_digest=code_digest_of(cls or factory, with_models=with_models), category=category,
+                       reads=getattr(cls, "config_reads", None))
+
+
+def cache_file(cfg: EngramConfig, system: str, digest: str, answers_dir: Path | None = None) -> Path:
+    """Where ``system``'s answers for the settings hashed to ``digest`` (:func:`config_hash`) are cached:
+    ``answers_dir`` or ``<paths.cache_dir>/locomo``."""
+    return (answers_dir or cfg.paths.cache_dir / "locomo") / f"{system}-{digest}.jsonl"
 
 
 class ResultCache:
@@ -459,6 +488,9 @@ def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None,
     parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
     parser.add_argument("--results-dir", type=Path, default=None, help="where tables and plots go")
     parser.add_argument("--no-resume", action="store_true", help="discard cached answers of these settings")
+    parser.add_argument("--answers-dir", type=Path, default=None,
+                        help="where answers are cached (default <paths.cache_dir>/locomo); bench/answers keeps "
+                        "those behind docs' tables with the repository, so a long run resumes on another machine")
     args = parser.parse_args(argv)
 
     systems = list(dict.fromkeys(s.strip() for s in args.system.split(",") if s.strip()))
@@ -481,14 +513,15 @@ def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None,
 
         factory = build_system
     models = _Models(cfg, encoder, engine, load=load_models)
-    data_digest, code_digest = file_digest(data), code_digest_of(factory, with_models=load_models)
+    data_digest = file_digest(data)
 
     summaries, scored = [], {}
     ingested: dict[tuple[str, str], Any] = {}  # NOTE: engram's ingest serves direct_read too (same write path)
     try:
         for name in systems:
-            digest = config_hash(cfg, name, data_digest=data_digest, code_digest=code_digest, category=args.category)
-            cache = ResultCache(cache_file(cfg, name, digest), resume=not args.no_resume)
+            digest = cache_key(cfg, name, factory, data_digest=data_digest, category=args.category,
+                               with_models=load_models)
+            cache = ResultCache(cache_file(cfg, name, digest, args.answers_dir), resume=not args.no_resume)
             run_system(name, convs, selection, cfg, factory, models, cache, args.category, ingested)
             rows = [score_row(cache.answered(c.sample_id, i, q)) for c in convs for i, q in selection[c.sample_id]]
             ingest = {c.sample_id: cache.ingests[c.sample_id]["seconds"] for c in convs if c.sample_id in cache.ingests}

@@ -129,8 +129,7 @@ def cached_rows(cfg, system: str, data: Path, path: Path | None = None,
     """``bench.locomo``'s answers of ``system`` for this config, code and category mode (or in the cache file
     ``path``), None when there are none."""
     if path is None:
-        digest = locomo.config_hash(cfg, system, data_digest=locomo.file_digest(data),
-                                    code_digest=locomo.code_digest_of(build_system), category=category)
+        digest = locomo.cache_key(cfg, system, build_system, data_digest=locomo.file_digest(data), category=category)
         path = locomo.cache_file(cfg, system, digest)
     return locomo.ResultCache(path) if path.is_file() else None
 

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from actors.episodic_router import EpisodicRouter, _minmax, bm25_index
+from actors.bm25 import bm25_index
+from actors.episodic_router import EpisodicRouter, _minmax
 from actors.segmenter import Segment, named_speaker, segment_turns
 from bench.common import save_and_emit, setup_logging
 from bench.route_recall import CachedEncoder, _with, evidence_recall, token_counter

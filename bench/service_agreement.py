@@ -49,9 +49,8 @@ from bench.locomo import (
     ResultCache,
     answer_row,
     cache_file,
+    cache_key,
     categories_arg,
-    code_digest_of,
-    config_hash,
     file_digest,
     score_row,
     summarise,
@@ -105,8 +104,7 @@ def agreement(service: Sequence[dict], harness: Sequence[dict]) -> dict[str, Any
 
 def harness_cache(cfg: Any, data: Path) -> Path:
     """The cache file ``bench.locomo --system engram --category predicted`` uses for ``cfg`` and ``data`` now."""
-    digest = config_hash(cfg, SYSTEM, data_digest=file_digest(data), code_digest=code_digest_of(build_system),
-                         category="predicted")
+    digest = cache_key(cfg, SYSTEM, build_system, data_digest=file_digest(data), category="predicted")
     return cache_file(cfg, SYSTEM, digest)
 
 

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from actors.episodic_router import bm25_index
+from actors.bm25 import bm25_index
 from actors.master import Master, dialogue_order
 from actors.question_kind import predict_kind
 from actors.segmenter import render_turn

@@ -227,6 +227,36 @@ def test_cache_file_is_per_system_and_config(bench_env, monkeypatch):
     assert len(list((tmp_path / "cache" / "locomo").glob("rag-*.jsonl"))) == 2
 
 
+def test_a_baseline_is_keyed_by_the_config_and_code_it_reads():
+    from bench.systems import build_system
+
+    cfg = load_config()
+    key = {name: locomo.cache_key(cfg, name, build_system, data_digest="d", with_models=False)
+           for name in ("engram", "rag", "full_context")}
+    router = cfg.model_copy(update={"router": cfg.router.model_copy(update={"k_vec": cfg.router.k_vec + 1})})
+    assert locomo.cache_key(router, "engram", build_system, data_digest="d", with_models=False) != key["engram"]
+    assert locomo.cache_key(router, "rag", build_system, data_digest="d", with_models=False) == key["rag"]
+    bm25 = cfg.model_copy(update={"router": cfg.router.model_copy(update={"bm25_k1": cfg.router.bm25_k1 + 0.1})})
+    assert locomo.cache_key(bm25, "rag", build_system, data_digest="d", with_models=False) != key["rag"]
+    assert locomo.cache_key(bm25, "full_context", build_system, data_digest="d", with_models=False) == \
+        key["full_context"]
+    master = cfg.model_copy(update={"episodic": cfg.episodic.model_copy(update={"rag_top_k": 3})})
+    assert locomo.cache_key(master, "full_context", build_system, data_digest="d", with_models=False) != \
+        key["full_context"]
+    # the sources: rag's module and what it imports, not engram's router or read path
+    rag_files = {str(p.relative_to(locomo.REPO_ROOT)) for p in locomo.source_files(build_system.__module__ + ".rag")}
+    assert {"bench/systems/rag.py", "actors/bm25.py", "actors/master.py"} <= rag_files
+    assert not rag_files & {"actors/episodic_router.py", "actors/read_path.py", "bench/systems/engram.py"}
+
+
+def test_answers_dir_keeps_the_answers_where_it_says(bench_env):
+    run, log, tmp_path = bench_env
+    out = run("--answers-dir", str(tmp_path / "kept"))
+    assert out["cache"].startswith(str(tmp_path / "kept")) and len(log.ingests) == 2
+    run("--answers-dir", str(tmp_path / "kept"))
+    assert len(log.ingests) == 2  # resumed from there: nothing asked again
+
+
 def test_select_questions_keeps_file_indices(bench_env):
     _, _, tmp_path = bench_env
     [conv, _] = load_locomo(tmp_path / "locomo.json")
@@ -257,7 +287,7 @@ def test_source_digest_covers_project_modules_only():
 def test_source_digest_leaves_the_config_tree_out(monkeypatch):
     from bench.systems import build_system
 
-    digest = locomo.source_digest(build_system)  # bench/systems.py imports core.config directly
+    digest = locomo.source_digest(build_system)  # bench/systems/__init__.py imports core.config directly
     monkeypatch.setattr(locomo, "VALUES_ONLY_PREFIXES", ())
     assert locomo.source_digest(build_system) != digest
 
@@ -267,7 +297,7 @@ def test_source_files_follow_imports_through_the_project():
 
     files = {str(p.relative_to(locomo.REPO_ROOT)) for p in locomo.source_files(build_system)}
     # the read path the service runs, and what it imports in turn (master -> its prompts; shards -> cores)
-    assert {"bench/systems.py", "actors/read_path.py", "actors/master.py", "actors/tenant_assistants.py",
+    assert {"bench/systems/engram.py", "actors/read_path.py", "actors/master.py", "actors/tenant_assistants.py",
             "actors/assistant.py", "actors/segmenter.py", "core/evidence.py"} <= files
     assert not any(f.startswith("core/config/") for f in files)
     with_models = locomo.code_digest_of(build_system)
