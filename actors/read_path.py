@@ -1,6 +1,6 @@
 """The read path — route -> extract -> master — as one plain async class over the shards.
 
-``POST /v1/ask`` (``serve/ingress.py``) and the LoCoMo benchmark (``bench/systems.py``) both answer through
+``POST /v1/ask`` (``serve/ingress.py``) and the LoCoMo benchmark (``bench/systems/engram.py``) both answer through
 :meth:`ReadPath.ask`, so every benchmark number measures what the service runs:
 
 1. **route**: the tenant's router core activates segments for the question (summary / dense / BM25 paths; or,

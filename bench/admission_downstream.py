@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
                         "category); gold: LoCoMo's labels and adversarial answers")
     parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
     parser.add_argument("--results-dir", type=Path, default=None)
+    locomo.add_answers_dir(parser)
     args = parser.parse_args(argv)
     categories = locomo.categories_arg(parser, args.categories)
     locomo.positive_counts(parser, args)
@@ -179,8 +180,8 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
             keep = policies[policy]
             digest = locomo.cache_key(cfg, args.system, factory, data_digest=data_digest + _keep_digest(keep),
                                       category=args.category, with_models=load_models, label=f"{args.system}@{policy}")
-            cache = locomo.ResultCache(cfg.paths.cache_dir / "locomo" / f"admission-{args.system}-{policy}-{digest}"
-                                       ".jsonl")
+            cache = locomo.ResultCache(locomo.cache_file(cfg, f"admission-{args.system}-{policy}", digest,
+                                                         args.answers_dir))
             locomo.run_system(args.system, [cut(c, keep[c.sample_id]) for c in convs], selection, cfg, factory,
                               models, cache, args.category)
             rows = [locomo.score_row(cache.answered(c.sample_id, i, q))

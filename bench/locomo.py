@@ -238,6 +238,13 @@ def cache_key(cfg: EngramConfig, system: str, factory: Any, *, data_digest: str,
                        reads=getattr(cls, "config_reads", None))
 
 
+def add_answers_dir(parser: argparse.ArgumentParser) -> None:
+    """The ``--answers-dir`` flag of the tools that cache answers in :func:`cache_file`."""
+    parser.add_argument("--answers-dir", type=Path, default=None,
+                        help="where answers are cached (default <paths.cache_dir>/locomo); bench/answers keeps "
+                        "those behind docs' tables with the repository, so a long run resumes on another machine")
+
+
 def cache_file(cfg: EngramConfig, system: str, digest: str, answers_dir: Path | None = None) -> Path:
     """Where ``system``'s answers for the settings hashed to ``digest`` (:func:`config_hash`) are cached:
     ``answers_dir`` or ``<paths.cache_dir>/locomo``."""
@@ -488,9 +495,7 @@ def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None,
     parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
     parser.add_argument("--results-dir", type=Path, default=None, help="where tables and plots go")
     parser.add_argument("--no-resume", action="store_true", help="discard cached answers of these settings")
-    parser.add_argument("--answers-dir", type=Path, default=None,
-                        help="where answers are cached (default <paths.cache_dir>/locomo); bench/answers keeps "
-                        "those behind docs' tables with the repository, so a long run resumes on another machine")
+    add_answers_dir(parser)
     args = parser.parse_args(argv)
 
     systems = list(dict.fromkeys(s.strip() for s in args.system.split(",") if s.strip()))
