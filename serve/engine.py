@@ -29,6 +29,7 @@ from typing import Any
 from core.config import EngineConfig
 from core.generation import GenerationEngine, GenerationRequest, GenerationResult
 from core.model_store import resolve_model
+from serve.prefix_cache import PrefixCache
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,8 @@ class TransformersEngine:
         self._eos = min(self._eos_ids)
         self._pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self._eos
         self._torch = torch
+        # NOTE: one-prompt calls (the master's) reuse the KV cache of a recent prompt with the same beginning
+        self.prefix = PrefixCache(self.config.prefix_cache_entries, self.config.prefix_cache_min_tokens)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         for i, r in enumerate(requests):
@@ -169,6 +172,8 @@ class TransformersEngine:
     def _generate_chunk(
         self, prompts: list[list[int]], budgets: list[int], temp: float
     ) -> list[GenerationResult]:
+        if len(prompts) == 1 and self.prefix.entries > 0:
+            return [self._generate_one(prompts[0], budgets[0], temp)]
         batch = self._left_pad(prompts)
         batch.pop("position_ids")  # generate derives them from the mask
         sampling = {"temperature": temp} if temp > 0 else {}  # other knobs: the model's generation config
@@ -181,17 +186,38 @@ class TransformersEngine:
                 eos_token_id=sorted(self._eos_ids),
                 **sampling,
             )
-        results = []
         width = batch["input_ids"].shape[1]
-        for row, budget, prompt in zip(out[:, width:].tolist(), budgets, prompts, strict=True):
-            row = row[:budget]
-            stop = next((k for k, t in enumerate(row) if t in self._eos_ids), None)
-            kept = row if stop is None else row[: stop + 1]
-            text = self.tokenizer.decode(kept if stop is None else kept[:-1], skip_special_tokens=True)
-            results.append(
-                GenerationResult(text, len(prompt), len(kept), "length" if stop is None else "stop")
+        return [self._result(row, budget, len(prompt))
+                for row, budget, prompt in zip(out[:, width:].tolist(), budgets, prompts, strict=True)]
+
+    def _generate_one(self, prompt: list[int], budget: int, temp: float) -> GenerationResult:
+        """One prompt, read from the longest cached prefix on (:class:`PrefixCache`); its cache kept after."""
+        torch = self._torch
+        _, cache = self.prefix.lookup(prompt)
+        ids = torch.tensor([prompt], device=self.model.device)
+        sampling = {"temperature": temp} if temp > 0 else {}
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                past_key_values=cache,  # NOTE: None: generate starts a cache of its own
+                max_new_tokens=budget,
+                do_sample=temp > 0,
+                pad_token_id=self._pad,
+                eos_token_id=sorted(self._eos_ids),
+                return_dict_in_generate=True,
+                **sampling,
             )
-        return results
+        self.prefix.store(prompt, out.past_key_values)
+        return self._result(out.sequences[0, len(prompt):].tolist(), budget, len(prompt))
+
+    def _result(self, row: list[int], budget: int, prompt_tokens: int) -> GenerationResult:
+        """A generated row (maybe past its end-of-turn token or budget) -> its result."""
+        row = row[:budget]
+        stop = next((k for k, t in enumerate(row) if t in self._eos_ids), None)
+        kept = row if stop is None else row[: stop + 1]
+        text = self.tokenizer.decode(kept if stop is None else kept[:-1], skip_special_tokens=True)
+        return GenerationResult(text, prompt_tokens, len(kept), "length" if stop is None else "stop")
 
     def _score(self, pairs: list[tuple[list[int], list[int]]]) -> list[float]:
         """log P(choice tokens + end-of-turn | prompt) per (prompt, choice) pair: a full-sequence score.
@@ -211,7 +237,7 @@ class TransformersEngine:
         tails = [[prompt[-1], *option, self._eos] for option in options]  # the prompt's last token predicts each
         scores: list[float] = []
         with torch.inference_mode():
-            prefix = self.model(input_ids=torch.tensor([prompt[:-1]], device=device), use_cache=True).past_key_values
+            prefix = self._read(prompt[:-1])
             for start in range(0, len(tails), self.config.max_batch_size):
                 chunk = tails[start : start + self.config.max_batch_size]
                 last = start + len(chunk) >= len(tails)
@@ -226,6 +252,16 @@ class TransformersEngine:
                 # NOTE: right padding sits after every real token, so causal attention never lets it change a score.
                 scores += [float(sum(logp[r, m, t[m + 1]] for m in range(len(t) - 1))) for r, t in enumerate(chunk)]
         return scores
+
+    def _read(self, ids: list[int]) -> Any:
+        """The KV cache of ``ids`` (from the longest cached prefix on); a copy is kept in :attr:`prefix`."""
+        torch = self._torch
+        k, cache = self.prefix.lookup(ids)
+        out = self.model(input_ids=torch.tensor([ids[k:]], device=self.model.device), past_key_values=cache,
+                         use_cache=True)
+        if self.prefix.entries > 0:
+            self.prefix.store(ids, copy.deepcopy(out.past_key_values))
+        return out.past_key_values
 
     def _token_logprobs(self, pairs: list[tuple[list[int], list[int]]]) -> list[list[float]]:
         """log P(each target token | prompt and the targets before it), per (prompt, targets) pair.

@@ -94,6 +94,18 @@ class EngineConfig(BaseModel):
         "and gains nothing there); False on GPU for CUDA graphs.",
     )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Sampling seed (greedy decoding ignores it).")
+    prefix_cache_entries: int = Field(
+        8,
+        ge=0,
+        le=256,
+        description="transformers backend: KV caches of the last N prompts kept, so that a prompt sharing a "
+        "prefix of at least prefix_cache_min_tokens with one of them reads only the rest (one-prompt calls; "
+        "0: off). Each holds layers x KV heads x head size x 2 values per token (Qwen2.5-1.5B fp32: 57 KB). "
+        "vLLM keeps its own prefix cache.",
+    )
+    prefix_cache_min_tokens: int = Field(
+        64, ge=1, le=131_072, description="Shortest shared prefix worth reusing (transformers backend)."
+    )
 
     @field_validator("model")
     @classmethod

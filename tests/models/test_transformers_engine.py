@@ -100,3 +100,36 @@ def test_unsupported_or_oversized_requests_fail_before_running(tf_engine) -> Non
     with pytest.raises(ValueError, match="max_model_len"):
         tf_engine.generate([chat("word " * 2000)])
     assert tf_engine.generate([]) == []
+
+
+def test_a_prompt_read_from_a_cached_prefix_answers_as_a_full_read(tf_engine) -> None:
+    lines = "\n".join(f"[{k}] 8 May 2023, Mel: I painted picture number {k} in the park." for k in range(1, 21))
+    first, second = (chat(f"{lines}\nWhat did Mel paint as picture {k}? Answer briefly.", max_tokens=12)
+                     for k in (3, 11))
+    tf_engine.prefix.clear()
+    hits = tf_engine.prefix.hits
+    [a] = tf_engine.generate([first])
+    [b] = tf_engine.generate([second])  # shares the lines with the first prompt: read from its cache
+    assert tf_engine.prefix.hits == hits + 1 and len(tf_engine.prefix) == 2
+    tf_engine.prefix.clear()
+    [b_full] = tf_engine.generate([second])  # nothing cached: read whole
+    assert (b.text, b.prompt_tokens, b.completion_tokens) == (b_full.text, b_full.prompt_tokens,
+                                                              b_full.completion_tokens)
+    [a_again] = tf_engine.generate([first])
+    assert a_again.text == a.text
+
+
+def test_choices_read_from_a_cached_prefix_score_as_a_full_read(tf_engine) -> None:
+    lines = "\n".join(f"[{k}] 8 May 2023, Mel: I painted picture number {k} in the park." for k in range(1, 26))
+    req = chat(f"{lines}\nWhich line says when Mel painted picture 7? Answer with its number.",
+               choice=[str(k) for k in range(1, 26)])
+    tf_engine.prefix.clear()
+    tf_engine.generate([chat(f"{lines}\nHow many pictures did Mel paint?", max_tokens=4)])  # caches the lines
+    hits = tf_engine.prefix.hits
+    [cached] = tf_engine.generate([req])
+    assert tf_engine.prefix.hits == hits + 1
+    tf_engine.prefix.clear()
+    [full] = tf_engine.generate([req])
+    assert cached.text == full.text
+    assert [cached.choice_logprobs[c] for c in req.choice] == pytest.approx(
+        [full.choice_logprobs[c] for c in req.choice], abs=1e-3)
