@@ -131,7 +131,8 @@ class TransformersEngine:
         # Choice: score every (prompt, choice) pair, keep the likeliest choice per request. A long prompt is read
         # once and its KV cache shared by its choices; short ones are scored as whole sequences, many per batch.
         scores: dict[tuple[int, int], float] = {}
-        shared = [i for i in choices if len(prompts[i]) >= SHARED_PREFIX_MIN and len(choices[i]) > 1]
+        shared = [i for i in choices
+                  if len(prompts[i]) >= SHARED_PREFIX_MIN and len(choices[i]) > 1 and all(choices[i])]
         for i in shared:
             for j, score in enumerate(self._score_shared(prompts[i], choices[i])):
                 scores[i, j] = score
@@ -229,39 +230,43 @@ class TransformersEngine:
         return [sum(lp) for lp in self._token_logprobs([(p, c + [self._eos]) for p, c in pairs])]
 
     def _score_shared(self, prompt: list[int], options: list[list[int]]) -> list[float]:
-        """The same scores as :meth:`_score` for one prompt's options: the prompt is read once, its KV cache
-        repeated for each option (``max_batch_size`` options at a time), and only the options' tokens (right-padded)
-        are read after it."""
+        """The same scores as :meth:`_score` for one prompt's options: the prompt is read once (its last position
+        gives every option's first token), its KV cache repeated for each option (``max_batch_size`` options at a
+        time), and only the options' tokens (right-padded) are read after it, each predicting the next token or
+        the end of turn."""
         torch = self._torch
         device = self.model.device
-        tails = [[prompt[-1], *option, self._eos] for option in options]  # the prompt's last token predicts each
         scores: list[float] = []
         with torch.inference_mode():
-            prefix = self._read(prompt[:-1])
-            for start in range(0, len(tails), self.config.max_batch_size):
-                chunk = tails[start : start + self.config.max_batch_size]
-                last = start + len(chunk) >= len(tails)
-                cache = prefix if last else copy.deepcopy(prefix)  # NOTE: the last chunk may consume the prefix
+            prefix, last = self._read(prompt)
+            first = torch.log_softmax(last.float(), dim=-1)
+            for start in range(0, len(options), self.config.max_batch_size):
+                chunk = options[start : start + self.config.max_batch_size]
+                final = start + len(chunk) >= len(options)
+                cache = prefix if final else copy.deepcopy(prefix)  # NOTE: the last chunk may consume the prefix
                 cache.batch_repeat_interleave(len(chunk))
                 width = max(map(len, chunk))
-                ids = torch.tensor([t + [self._pad] * (width - len(t)) for t in chunk], device=device)
-                mask = torch.tensor([[1] * (len(prompt) - 1 + len(t)) + [0] * (width - len(t)) for t in chunk],
+                ids = torch.tensor([o + [self._pad] * (width - len(o)) for o in chunk], device=device)
+                mask = torch.tensor([[1] * (len(prompt) + len(o)) + [0] * (width - len(o)) for o in chunk],
                                     device=device)
                 logits = self.model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
                 logp = torch.log_softmax(logits.float(), dim=-1)
                 # NOTE: right padding sits after every real token, so causal attention never lets it change a score.
-                scores += [float(sum(logp[r, m, t[m + 1]] for m in range(len(t) - 1))) for r, t in enumerate(chunk)]
+                for r, o in enumerate(chunk):
+                    targets = [*o[1:], self._eos]
+                    scores.append(float(first[o[0]] + sum(logp[r, m, t] for m, t in enumerate(targets))))
         return scores
 
-    def _read(self, ids: list[int]) -> Any:
-        """The KV cache of ``ids`` (from the longest cached prefix on); a copy is kept in :attr:`prefix`."""
+    def _read(self, ids: list[int]) -> tuple[Any, Any]:
+        """The KV cache of ``ids`` (from the longest cached prefix on; a copy is kept in :attr:`prefix`) and the
+        logits its last position gives the next token."""
         torch = self._torch
         k, cache = self.prefix.lookup(ids)
         out = self.model(input_ids=torch.tensor([ids[k:]], device=self.model.device), past_key_values=cache,
-                         use_cache=True)
+                         use_cache=True, logits_to_keep=1)
         if self.prefix.entries > 0:
             self.prefix.store(ids, copy.deepcopy(out.past_key_values))
-        return out.past_key_values
+        return out.past_key_values, out.logits[0, -1]
 
     def _token_logprobs(self, pairs: list[tuple[list[int], list[int]]]) -> list[list[float]]:
         """log P(each target token | prompt and the targets before it), per (prompt, targets) pair.

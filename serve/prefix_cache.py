@@ -7,8 +7,8 @@ lines (the full-context baseline). :class:`PrefixCache` keeps the caches of the 
 prompt starts from a copy of the cache with the longest common prefix, cut to it, and only its remaining tokens are
 read. Greedy answers stay those of a full read up to floating-point summation order.
 
-The class holds no model: ``copy`` copies a cache and a cache's ``crop(n)`` keeps its first ``n`` positions
-(``transformers.DynamicCache`` has both).
+The class holds no model: ``copy`` copies a cache, a cache's ``get_seq_length()`` counts its positions and
+``crop(-n)`` drops its last ``n`` (``transformers.DynamicCache`` has all three).
 """
 
 from __future__ import annotations
@@ -20,6 +20,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+
+
+def cut(cache: Any, length: int) -> None:
+    """Keep the first ``length`` positions of ``cache`` (no-op when it holds no more)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -65,7 +72,7 @@ class PrefixCache:
             return 0, None
         self._caches.move_to_end(key)
         cache = self._copy(self._caches[key])
-        cache.crop(k)
+        cut(cache, k)
         self.hits += 1
         self.tokens_reused += k
         return k, cache
@@ -75,7 +82,7 @@ class PrefixCache:
         that went on to generate holds more)."""
         if self.entries == 0 or len(ids) < self.min_tokens:
             return
-        cache.crop(len(ids))
+        cut(cache, len(ids))
         key = tuple(int(t) for t in ids)
         with self._lock:
             self._caches[key] = cache

@@ -8,9 +8,13 @@ from serve.prefix_cache import PrefixCache, common_prefix
 
 
 class FakeKV(list):
-    """A 'cache' of one entry per position: crop(n) keeps the first n."""
+    """A 'cache' of one entry per position; crop(-n) drops the last n, as transformers' DynamicCache."""
+
+    def get_seq_length(self) -> int:
+        return len(self)
 
     def crop(self, n: int) -> None:
+        assert n < 0
         del self[n:]
 
 
