@@ -50,7 +50,7 @@ import inspect
 import json
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -70,7 +70,7 @@ from cluster.locomo_data import (
     select_questions,
     split,
 )
-from core.config import REPO_ROOT, EngramConfig, load_config
+from core.config import REPO_ROOT, ROLES, EngramConfig, load_config
 from core.generation import TokenBill
 
 SYSTEMS = ("engram", "rag", "full_context", "direct_read")
@@ -224,15 +224,27 @@ def config_hash(cfg: EngramConfig, system: str, *, data_digest: str, code_digest
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:HASH_LENGTH]
 
 
+def system_class(factory: Any, name: str) -> type | None:
+    """The class ``bench.systems.build_system`` builds for ``name``; None for another factory."""
+    from bench.systems import SYSTEM_CLASSES, build_system
+
+    return SYSTEM_CLASSES.get(name) if factory is build_system else None
+
+
+def system_roles(factory: Any, name: str) -> tuple[str, ...]:
+    """The roles whose engines ``name`` calls (``bench.systems.SYSTEM_ROLES``); all for another factory."""
+    from bench.systems import SYSTEM_ROLES
+
+    return SYSTEM_ROLES.get(name, ROLES) if system_class(factory, name) is not None else ROLES
+
+
 def cache_key(cfg: EngramConfig, system: str, factory: Any, *, data_digest: str, category: str = "gold",
               with_models: bool = True, label: str | None = None) -> str:
     """:func:`config_hash` of ``system`` answered through ``factory``. For ``bench.systems.build_system`` the key
     covers the system's own class (its module and what that imports) and the config it reads (``config_reads``),
     so an edit to engram's router keeps the baselines' answers; an injected factory is hashed whole. ``label``
     names the answers in the key (default ``system``)."""
-    from bench.systems import SYSTEM_CLASSES, build_system
-
-    cls = SYSTEM_CLASSES.get(system) if factory is build_system else None
+    cls = system_class(factory, system)
     return config_hash(cfg, label or system, data_digest=data_digest,
                        code_digest=code_digest_of(cls or factory, with_models=with_models), category=category,
                        reads=getattr(cls, "config_reads", None))
@@ -380,29 +392,32 @@ def f1_by_evidence_read(rows: Sequence[dict]) -> dict[str, dict[str, float | int
 # -- the run ---------------------------------------------------------------------------------
 class _Models:
     """Encoder and engines (one per distinct model of the roles), loaded on first use, so that a fully cached run
-    loads no model. ``engine`` is what the systems get: one engine for all roles, or ``{role: engine}``."""
+    loads no model, and only those of the roles a system reads (a baseline loads the master's engine alone).
+    ``engine`` is what the systems get: one engine for all roles, or ``{role: engine}``."""
 
     def __init__(self, cfg: EngramConfig, encoder: Any, engine: Any, *, load: bool) -> None:
         self.cfg, self.encoder, self.engine, self.load = cfg, encoder, engine, load
-        self.loaded = False
+        self.build_engines = load and engine is None  # NOTE: an engine given is used as given
         self.owned: list[Any] = []
 
-    def get(self) -> tuple[Any, Any]:
-        if self.load and not self.loaded:
-            from serve.embedder import Embedder
-            from serve.engine import build_engine
+    def get(self, roles: Collection[str] = ROLES) -> tuple[Any, Any]:
+        if not self.load:
+            return self.encoder, self.engine
+        from serve.embedder import Embedder
+        from serve.engine import build_engine
 
-            if self.encoder is None:
-                self.encoder = Embedder(self.cfg.embedder)
+        if self.encoder is None:
+            self.encoder = Embedder(self.cfg.embedder)
+        if self.build_engines:
             if self.engine is None:
                 self.engine = {}
-                for ecfg, roles in self.cfg.engine_groups():  # NOTE: one engine per group, as the service's pools
+            for ecfg, group in self.cfg.engine_groups():  # NOTE: one engine per group, as the service's pools
+                if set(group) & set(roles) and not set(group) <= self.engine.keys():
                     if ecfg.cache_dir is None:
                         ecfg = ecfg.model_copy(update={"cache_dir": str(self.cfg.paths.cache_dir)})
                     engine = build_engine(ecfg)
                     self.owned.append(engine)
-                    self.engine.update(dict.fromkeys(roles, engine))
-            self.loaded = True
+                    self.engine.update(dict.fromkeys(group, engine))
         return self.encoder, self.engine
 
     def close(self) -> None:
@@ -425,7 +440,7 @@ def run_system(name: str, convs: Sequence[Conversation], selection: dict[str, li
         todo = [(i, q) for i, q in selection[conv.sample_id] if cache.answered(conv.sample_id, i, q) is None]
         if not todo:
             continue
-        encoder, engine = models.get()
+        encoder, engine = models.get(system_roles(factory, name))
         system = factory(name, cfg, encoder=encoder, engine=engine)
         key = getattr(system, "ingest_key", None)
         prior = ingested.get((conv.sample_id, key)) if ingested is not None and key else None

@@ -23,12 +23,12 @@ from bench.systems.common import MASTER_READS, TENANT, Answer, ConfigReads, Engi
 from bench.systems.engram import DirectRead, InProcessService
 from bench.systems.full_context import FullContextBaseline
 from bench.systems.rag import RagBaseline
-from core.config import EngramConfig
+from core.config import EngramConfig, Role
 from core.encoding import Encoder
 
 __all__ = [
-    "MASTER_READS", "SYSTEMS", "SYSTEM_CLASSES", "TENANT", "Answer", "ConfigReads", "DirectRead", "Engines",
-    "FullContextBaseline", "InProcessService", "RagBaseline", "answer_of", "build_system", "per_role",
+    "MASTER_READS", "SYSTEMS", "SYSTEM_CLASSES", "SYSTEM_ROLES", "TENANT", "Answer", "ConfigReads", "DirectRead",
+    "Engines", "FullContextBaseline", "InProcessService", "RagBaseline", "answer_of", "build_system", "per_role",
     "turn_evidence",
 ]
 
@@ -36,6 +36,9 @@ SYSTEM_CLASSES: dict[str, type] = {
     "engram": InProcessService, "rag": RagBaseline, "full_context": FullContextBaseline, "direct_read": DirectRead,
 }
 SYSTEMS = tuple(SYSTEM_CLASSES)
+# The roles whose engines a system calls, where fewer than all (bench.locomo loads only those). NOTE: kept here,
+# not on the classes, so that the answer cache of a baseline (keyed by its module's source) does not move.
+SYSTEM_ROLES: dict[str, tuple[Role, ...]] = {"rag": ("master",), "full_context": ("master",)}
 
 
 def build_system(name: str, config: EngramConfig, *, encoder: Encoder, engine: Engines) -> Any:

@@ -353,3 +353,21 @@ def test_systems_with_the_same_ingest_key_ingest_each_conversation_once(tmp_path
     by_name = {s["system"]: s for s in out["systems"]}
     assert by_name["direct_read"]["f1"] == by_name["engram"]["f1"]  # it read what engram ingested
     assert by_name["direct_read"]["ingest_s"] == pytest.approx(by_name["engram"]["ingest_s"])
+
+
+def test_models_load_only_the_engines_of_the_roles_a_system_calls(monkeypatch):
+    import serve.embedder
+    import serve.engine
+    from bench.systems import build_system
+
+    built = []
+    monkeypatch.setattr(serve.engine, "build_engine", lambda ecfg: built.append(ecfg.model) or ecfg.model)
+    monkeypatch.setattr(serve.embedder, "Embedder", lambda cfg: "encoder")
+    cfg = load_config("cpu-quality")  # three models: assistant, master, summary
+    models = locomo._Models(cfg, None, None, load=True)
+    assert locomo.system_roles(build_system, "full_context") == ("master",)
+    _, engine = models.get(locomo.system_roles(build_system, "full_context"))
+    assert built == [cfg.model_for("master")] and set(engine) == {"master"}
+    _, engine = models.get(locomo.system_roles(build_system, "engram"))
+    assert sorted(built) == sorted({cfg.model_for(r) for r in ("assistant", "master", "summary")})  # once each
+    assert engine["master"] == cfg.model_for("master") and set(engine) >= {"assistant", "master", "summary"}
