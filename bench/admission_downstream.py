@@ -24,7 +24,8 @@ ceiling of any recall), ``evidence_recall`` and official F1 as ``bench.locomo`` 
 as ``bench.locomo --category`` says: ``predicted`` (the default) without LoCoMo's category, as ``/v1/ask`` is asked;
 ``gold`` with it (and category 5's adversarial answer). ``--profile`` picks the answering models (``cpu-quality``:
 the 1.5B master). Answers are cached per (system, policy, kept turns, config, code, category mode) like
-``bench.locomo``'s (resumable).
+``bench.locomo``'s (resumable, ``--answers-dir`` as there); ``store_all`` shares ``bench.locomo --system``'s
+answers file, since both read every turn.
 The last stdout line is the JSON summary; the markdown table goes to ``<results_dir>/admission/``.
 """
 
@@ -105,6 +106,19 @@ def _keep_digest(keep: Keep) -> str:
     return h.hexdigest()[:12]
 
 
+def _cache_path(cfg: Any, system: str, policy: str, keep: Keep, factory: Callable, data_digest: str, category: str,
+                with_models: bool, answers_dir: Path | None) -> Path:
+    """Where a policy's answers are cached. ``store_all`` keeps every turn, so its answers are ``bench.locomo``'s for
+    ``system`` and share that file; the other policies are keyed by the turns they keep."""
+    if policy == "store_all":
+        digest = locomo.cache_key(cfg, system, factory, data_digest=data_digest, category=category,
+                                  with_models=with_models)
+        return locomo.cache_file(cfg, system, digest, answers_dir)
+    digest = locomo.cache_key(cfg, system, factory, data_digest=data_digest + _keep_digest(keep), category=category,
+                              with_models=with_models, label=f"{system}@{policy}")
+    return locomo.cache_file(cfg, f"admission-{system}-{policy}", digest, answers_dir)
+
+
 def _group(group: dict) -> str:
     return f"{group['f1'] or 0:.3f} ({group['questions']})"
 
@@ -178,10 +192,8 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
     try:
         for policy in (p for p in POLICIES if p in chosen):
             keep = policies[policy]
-            digest = locomo.cache_key(cfg, args.system, factory, data_digest=data_digest + _keep_digest(keep),
-                                      category=args.category, with_models=load_models, label=f"{args.system}@{policy}")
-            cache = locomo.ResultCache(locomo.cache_file(cfg, f"admission-{args.system}-{policy}", digest,
-                                                         args.answers_dir))
+            cache = locomo.ResultCache(_cache_path(cfg, args.system, policy, keep, factory, data_digest,
+                                                   args.category, load_models, args.answers_dir))
             locomo.run_system(args.system, [cut(c, keep[c.sample_id]) for c in convs], selection, cfg, factory,
                               models, cache, args.category)
             rows = [locomo.score_row(cache.answered(c.sample_id, i, q))

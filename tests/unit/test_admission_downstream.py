@@ -7,6 +7,7 @@ import json
 import pytest
 
 from bench import admission_downstream as ad
+from bench import locomo
 from cluster.locomo_data import load_locomo
 from core.generation import TokenBill
 from tests.unit.test_locomo_harness import CONV_A, CONV_B, FakeAnswer, _sample
@@ -49,6 +50,7 @@ def env(tmp_path, monkeypatch):
         argv = ["--data", str(data), "--results-dir", str(tmp_path / "results"), *flags]
         return ad.main(argv, factory=factory, decide=decide)
 
+    run.factory = factory
     return run, systems, data, tmp_path
 
 
@@ -85,6 +87,20 @@ def test_answers_are_cached_per_policy(env):
     first = len(systems)
     run()
     assert len(systems) == first  # everything answered: no system built again
+
+
+def test_store_all_shares_the_answers_of_the_harness_system(env):
+    run, systems, data, tmp_path = env
+    harness = locomo.main(["--data", str(data), "--results-dir", str(tmp_path / "results"), "--system", "rag",
+                           "--category", "predicted"], factory=run.factory)
+    built = len(systems)
+    out = run("--policies", "store_all")
+    assert len(systems) == built  # every store-all answer came from bench.locomo's rag file
+    store_all = out["results"][0]
+    assert store_all["cache"] == harness["cache"]
+    assert store_all["f1"] == harness["f1"]
+    run("--policies", "classifier")
+    assert len(systems) == built + 2  # a policy that drops turns answers on its own (two conversations)
 
 
 def test_questions_go_without_their_category_unless_gold_is_asked_for(env):
