@@ -110,13 +110,12 @@ def _cache_path(cfg: Any, system: str, policy: str, keep: Keep, factory: Callabl
                 with_models: bool, answers_dir: Path | None) -> Path:
     """Where a policy's answers are cached. ``store_all`` keeps every turn, so its answers are ``bench.locomo``'s for
     ``system`` and share that file; the other policies are keyed by the turns they keep."""
-    if policy == "store_all":
-        digest = locomo.cache_key(cfg, system, factory, data_digest=data_digest, category=category,
-                                  with_models=with_models)
-        return locomo.cache_file(cfg, system, digest, answers_dir)
-    digest = locomo.cache_key(cfg, system, factory, data_digest=data_digest + _keep_digest(keep), category=category,
-                              with_models=with_models, label=f"{system}@{policy}")
-    return locomo.cache_file(cfg, f"admission-{system}-{policy}", digest, answers_dir)
+    shared = policy == "store_all"
+    digest = locomo.cache_key(cfg, system, factory,
+                              data_digest=data_digest if shared else data_digest + _keep_digest(keep),
+                              category=category, with_models=with_models,
+                              label=None if shared else f"{system}@{policy}")
+    return locomo.cache_file(cfg, system if shared else f"admission-{system}-{policy}", digest, answers_dir)
 
 
 def _group(group: dict) -> str:

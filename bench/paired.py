@@ -56,10 +56,9 @@ def compare(pairs: list[tuple[dict, dict]], resamples: int, seed: int) -> dict:
                 "difference": float(diff.mean()), "ci95": [low, high],
                 "a_higher": int((diff > 0).sum()), "level": int((diff == 0).sum()), "b_higher": int((diff < 0).sum())}
 
-    by_category = {}
-    for cat in sorted({int(x["category"]) for x, _ in pairs}):
-        by_category[str(cat)] = block([p for p in pairs if int(p[0]["category"]) == cat])
-    return {**block(pairs), "by_category": by_category}
+    categories = sorted({int(x["category"]) for x, _ in pairs})
+    return {**block(pairs), "by_category": {str(c): block([p for p in pairs if int(p[0]["category"]) == c])
+                                            for c in categories}}
 
 
 def main(argv: list[str] | None = None) -> dict:

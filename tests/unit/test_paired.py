@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from bench import paired
@@ -46,8 +47,6 @@ def test_pairs_shared_questions_and_scores_each_side(files, capsys):
 
 
 def test_the_interval_is_seeded_and_narrows_to_the_mean_for_a_constant_difference():
-    import numpy as np
-
     diff = np.array([0.0, 1.0, 0.5, 0.25])
     assert paired.bootstrap_interval(diff, 500, 3) == paired.bootstrap_interval(diff, 500, 3)
     assert paired.bootstrap_interval(np.full(7, 0.2), 100, 0) == pytest.approx((0.2, 0.2))
