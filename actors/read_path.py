@@ -82,7 +82,14 @@ class ReadPath:
     async def extract(self, tenant: str, question: str, route: RouteResult) -> tuple[list[Evidence], TokenBill]:
         """The assistants' evidence for the routed segments (in routing order), then the open segment's (a scoped
         or line-routed route's ``allowed`` lines only: the router already cut the open segment to them); every
-        core's candidates fused together."""
+        core's :meth:`candidates` fused together."""
+        groups, bill = await self.candidates(tenant, question, route)
+        return [e for group in fuse(groups, self.lines_per_segment) for e in group], bill
+
+    async def candidates(self, tenant: str, question: str,
+                         route: RouteResult) -> tuple[list[list[Evidence]], TokenBill]:
+        """Before fusion: one group of candidate lines per activated segment, in routing order, then the open
+        segment's; each line with its raw ``signals``."""
         groups: dict[int, list[int]] = defaultdict(list)  # assistant core -> ranks of its activations
         for rank, a in enumerate(route.activations):
             groups[self.shards.assistant_index(tenant, a.segment_id)].append(rank)
@@ -110,8 +117,7 @@ class ReadPath:
         for (_, ranks), (found, b) in zip(groups.items(), results, strict=True):
             by_rank.update(zip(ranks, found, strict=True))
             bill += b
-        candidates = [by_rank[r] for r in sorted(by_rank)] + list(open_found)
-        return [e for group in fuse(candidates, self.lines_per_segment) for e in group], bill
+        return [by_rank[r] for r in sorted(by_rank)] + list(open_found), bill
 
     async def ask(self, tenant: str, question: str, vector: np.ndarray, *, category: int | None = None,
                   adversarial: str | None = None, scope: Scope | None = None) -> AskResult:
