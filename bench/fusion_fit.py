@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from actors.assistant import _standardise
 from actors.question_kind import TEMPORAL, predict_kind
 from actors.time_expressions import grounded_values
 from bench.common import emit_json, parse_int_list, setup_logging
@@ -108,12 +109,6 @@ def collect(cfg, convs, selection, path: Path, models: _Models) -> list[dict]:
 
 
 # -- fit -----------------------------------------------------------------------------------------
-def standardised(values: np.ndarray) -> np.ndarray:
-    """Each column minus its mean over the rows, over its std (a constant column -> zeros): as ``fuse``."""
-    std = values.std(axis=0)
-    return np.where(std > 0, (values - values.mean(axis=0)) / np.where(std > 0, std, 1.0), 0.0)
-
-
 class Question:
     """One question's candidates as a standardised feature matrix, and its gold evidence."""
 
@@ -122,7 +117,8 @@ class Question:
         cands = row["candidates"]
         self.turn_ids = [c["turn_id"] for c in cands]
         raw = np.array([[c[f] for f in FEATURES] for c in cands], dtype=np.float64).reshape(len(cands), len(FEATURES))
-        self.z = standardised(raw) if len(cands) else raw
+        # NOTE: each column standardised over the question's candidates by fuse's own function
+        self.z = np.column_stack([_standardise(raw[:, j]) for j in range(len(FEATURES))])
         self.offered = len(self.evidence & set(self.turn_ids)) / len(self.evidence)
 
     def recall(self, weights: np.ndarray, cap: int) -> float:
