@@ -4,10 +4,21 @@ Written under ``<results_dir>/locomo/``: ``locomo-<split>.md`` (one row per syst
 ``locomo-<split>.png`` (official F1 per category per system), ``locomo-<split>.json`` (the
 summaries) and ``locomo-<split>-<system>.jsonl`` (one scored row per question). Only the systems
 of the run appear; run several with ``--system a,b`` (cached answers make that cheap).
+
+The same report from answer files alone, e.g. those behind docs' tables (no model loaded, no key checked: the
+files may come from different commits)::
+
+    python -m bench.locomo_report bench/answers/engram-3642dcdc2928.jsonl bench/answers/rag-e5ceb4c723b6.jsonl \
+        --categories 1,2,3,4 --name test-quality --out results
+
+Each file is one system (named by its rows' ``system``); its question rows of ``--categories`` are scored
+(``bench.locomo.score_row``). The last stdout line is the JSON object ``{"split": NAME, "systems": [summary, ...]}``
+(``bench.locomo``'s form for several systems).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -87,3 +98,54 @@ def write_report(summaries: Sequence[dict], rows: dict[str, Sequence[dict]], *, 
                 f.write(json.dumps(row) + "\n")
     plot(summaries, folder / f"locomo-{split_name}.png")
     return folder
+
+
+def summaries_from_files(paths: Sequence[Path], categories: set[int], split_name: str) -> tuple[list[dict], dict]:
+    """One summary (``bench.locomo.summarise``) and the scored rows per answers file, over ``categories``."""
+    from bench import locomo
+
+    summaries, scored = [], {}
+    for path in paths:
+        cache = locomo.ResultCache(path)
+        rows = [locomo.score_row(r) for r in cache.questions.values() if int(r["category"]) in categories]
+        if not rows:
+            raise ValueError(f"{path}: no answered question of categories {sorted(categories)}")
+        system = rows[0]["system"]
+        if system in scored:
+            raise ValueError(f"{path}: a second file of system {system!r}")
+        summary = locomo.summarise(rows, split_name=split_name, system=system)
+        summary.update(cache=str(path), conversations=len({r["conv_id"] for r in rows}),
+                       categories=sorted(categories))
+        summaries.append(summary)
+        scored[system] = rows
+    return summaries, scored
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from bench import locomo
+    from bench.common import emit_json
+
+    parser = argparse.ArgumentParser(prog="python -m bench.locomo_report",
+                                     description="Table and plot of LoCoMo answer files (one system each).")
+    parser.add_argument("files", nargs="+", type=Path, help="answers files (bench.locomo's caches)")
+    parser.add_argument("--categories", default="1,2,3,4", help="comma list of categories 1-5 (default 1,2,3,4)")
+    parser.add_argument("--name", default="test", help="the report's name in its file names (default test)")
+    parser.add_argument("--out", type=Path, default=Path("results"), help="results folder (default results)")
+    args = parser.parse_args(argv)
+    categories = set(locomo.categories_arg(parser, args.categories))
+    for path in args.files:
+        if not path.is_file():
+            parser.error(f"no answers file at {path}")
+    try:
+        summaries, scored = summaries_from_files(args.files, categories, args.name)
+    except ValueError as err:
+        parser.error(str(err))
+    folder = write_report(summaries, scored, split_name=args.name, out_dir=args.out)
+    print(f"report in {folder}", flush=True)
+    out = {"split": args.name, "systems": summaries}
+    emit_json(out)
+    return out
+
+
+if __name__ == "__main__":
+    main()
