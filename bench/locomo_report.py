@@ -9,7 +9,7 @@ The same report from answer files alone, e.g. those behind docs' tables (no mode
 files may come from different commits)::
 
     python -m bench.locomo_report bench/answers/engram-3642dcdc2928.jsonl bench/answers/rag-e5ceb4c723b6.jsonl \
-        --categories 1,2,3,4 --name test-quality --out results
+        --categories 1,2,3,4 --out results   # results/locomo/locomo-test.{md,png,json}
 
 Each file is one system (named by its rows' ``system``); its question rows of ``--categories`` are scored
 (``bench.locomo.score_row``). The last stdout line is the JSON object ``{"split": NAME, "systems": [summary, ...]}``
