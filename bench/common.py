@@ -64,6 +64,21 @@ def parse_int_list(text: str) -> list[int]:
     return out
 
 
+def read_jsonl(path: str | Path) -> list[dict]:
+    """The rows of a JSONL file, in order; a missing file has none. A line that does not parse is skipped: an
+    append-only cache's last line may be cut short by a crash mid-write."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
 def emit_json(payload: dict[str, Any]) -> None:
     """The benchmark contract: one JSON object as the last line of stdout."""
     sys.stdout.write(json.dumps(payload, sort_keys=False) + "\n")

@@ -42,7 +42,7 @@ from tqdm import tqdm
 from actors.assistant import _standardise
 from actors.question_kind import TEMPORAL, predict_kind
 from actors.time_expressions import grounded_values
-from bench.common import emit_json, parse_int_list, setup_logging
+from bench.common import emit_json, parse_int_list, read_jsonl, setup_logging
 from bench.locomo import _Models, code_digest_of, config_hash, file_digest
 from cluster.locomo_data import DEV_PER_CATEGORY, load_locomo, select_questions, split
 from core.config import load_config
@@ -76,13 +76,8 @@ def collect(cfg, convs, selection, path: Path, models: _Models) -> list[dict]:
     from bench.systems import TENANT, build_system, per_role
 
     done = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:  # NOTE: a line cut short by a crash mid-write
-                continue
-            done.setdefault(row["conv_id"], []).append(row)
+    for row in read_jsonl(path):
+        done.setdefault(row["conv_id"], []).append(row)
     todo = [c for c in convs if selection[c.sample_id] and c.sample_id not in done]
     path.parent.mkdir(parents=True, exist_ok=True)
     for conv in tqdm(todo, desc="conversations", file=sys.stderr):

@@ -57,7 +57,7 @@ from typing import Any, Protocol
 import numpy as np
 from tqdm import tqdm
 
-from bench.common import emit_json, parse_int_list, percentiles_ms, setup_logging
+from bench.common import emit_json, parse_int_list, percentiles_ms, read_jsonl, setup_logging
 from bench.locomo_report import write_report
 from bench.locomo_score import CATEGORIES, aggregate, emem_f1, official_f1
 from cluster.locomo_data import (
@@ -273,12 +273,8 @@ class ResultCache:
         path.parent.mkdir(parents=True, exist_ok=True)
         if not resume:
             path.write_text("")
-        elif path.is_file():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:  # NOTE: a line cut short by a crash mid-write
-                    continue
+        else:
+            for row in read_jsonl(path):
                 self._keep(row)
 
     def _keep(self, row: dict) -> None:

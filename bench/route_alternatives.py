@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from actors.episodic_router import EpisodicRouter
 from actors.segmenter import Segment, named_speaker, segment_turns
-from bench.common import save_and_emit, setup_logging
+from bench.common import read_jsonl, save_and_emit, setup_logging
 from bench.route_recall import CachedEncoder, _with, evidence_recall, token_counter
 from bench.route_signals import CATEGORIES, print_rows, row
 from cluster.locomo_data import Question, load_locomo, split
@@ -59,11 +59,7 @@ def hypothetical_messages(questions: Sequence[str], cfg: EngramConfig, role: str
     engine_cfg = cfg.engine_for(role)  # type: ignore[arg-type]
     path = Path(cfg.paths.cache_dir) / "route_alternatives" / f"hypothetical-{Path(engine_cfg.model).name}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    done: dict[str, str] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            done[row["question"]] = row["message"]
+    done = {row["question"]: row["message"] for row in read_jsonl(path)}
     todo = list(dict.fromkeys(q for q in questions if q not in done))
     if todo:
         from serve.engine import build_engine
