@@ -8,12 +8,12 @@ the same run against the same generative managers (JSON ``variants``); the top-l
 first variant.
 
 Quality: every turn of the split (``--limit N``: the first N turns of each conversation) is decided by the
-trained classifier (the committed heads, or folders of ``python -m cluster.train_admission``); precision /
+trained classifier (the committed heads, or folders of ``python -m training.train_admission``); precision /
 recall / F1 of ADD against the evidence labels (a turn cited as evidence by a question -> ADD) and the share
 of turns stored. The content-type
 head is scored on the turns labelled ADD against the keyword rule (``content_type_rule``) and, where
 ``bench/labels/content_types_teacher.jsonl`` labels them, against the teacher model it is trained on
-(``cluster.content_teacher``; the rule's own agreement with the teacher beside it).
+(``training.content_teacher``; the rule's own agreement with the teacher beside it).
 
 Latency, wall time per turn, embedding included:
 - classifier, batched: turns arrive in stream order in batches of ``--batch``; each batch's new turns are
@@ -46,14 +46,14 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from actors.admission import CONTENT_TYPES, AdmissionClassifier, ChunkStream, content_type_rule
-from actors.segmenter import render_turn
 from bench.common import emit_json, percentiles_ms, setup_logging
-from cluster.content_teacher import PACKAGED_LABELS, load_labels
-from cluster.locomo_data import load_locomo, split
-from cluster.train_admission import evidence_labels, prf
 from core.config import REPO_ROOT, load_config
 from core.generation import ChatMessage, GenerationRequest
+from corpora.locomo import load_locomo, split
+from inference.admission import CONTENT_TYPES, AdmissionClassifier, ChunkStream, content_type_rule
+from memory.segmenter import render_turn
+from training.content_teacher import PACKAGED_LABELS, load_labels
+from training.train_admission import evidence_labels, prf
 
 FREE_TOKENS = 4  # free generation: room for "ADD" / "NOOP" and a stop token
 SYSTEM_PROMPT = (

@@ -5,12 +5,12 @@
 
 Storage policies, one run, the same questions:
 - ``store_all``: every turn.
-- ``classifier``: the trained MemRouter classifier (``actors/admission.py``; ``python -m cluster.train_admission``
+- ``classifier``: the trained MemRouter classifier (``inference/admission.py``; ``python -m training.train_admission``
   first), each conversation streamed in order through ``ChunkStream`` as the service does; a turn is kept when its
   p_add reaches ``--threshold`` (default: the threshold trained with the heads).
 - ``random``: per conversation, a seeded random choice of as many turns as the classifier kept.
 - ``keyword``: per conversation, as many turns as the classifier kept, those with the most memory keywords
-  (the content-type rules' patterns of ``actors/admission.py``; ties: longer text first, then stream order).
+  (the content-type rules' patterns of ``inference/admission.py``; ties: longer text first, then stream order).
 - ``keyword_rule``: what the service's ``admission.mode: keyword`` admits, turn by turn with no hindsight: turns
   holding at least ``admission.keyword_min`` memory keywords (its own budget).
 
@@ -42,11 +42,11 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from actors.admission import AdmissionClassifier, ChunkStream, keyword_count, rule_decision
 from bench import locomo
 from bench.common import emit_json, setup_logging
-from cluster.locomo_data import SPLITS, Conversation, load_locomo, split
 from core.config import load_config
+from corpora.locomo import SPLITS, Conversation, load_locomo, split
+from inference.admission import AdmissionClassifier, ChunkStream, keyword_count, rule_decision
 
 POLICIES = ("store_all", "classifier", "random", "keyword", "keyword_rule")
 Keep = dict[str, set[str]]  # conversation id -> dia_ids stored

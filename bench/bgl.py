@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from actors.entities import EntityExtractor
-from actors.rerank import build_reranker
-from actors.tiered_memory import TieredMemory
 from bench.common import emit_json, percentiles_ms, reciprocal_rank, setup_logging, warm_up
 from bench.modes import mode_config, parse_mode
 from cluster.embedding_cache import embed_cached
 from core.config import load_config
+from memory.entities import EntityExtractor
+from memory.rerank import build_reranker
+from memory.tiered_memory import TieredMemory
 from serve.embedder import Embedder
 
 IMPORTANT_WORDS = ("fatal", "error", "panic", "fail")

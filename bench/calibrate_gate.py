@@ -16,12 +16,12 @@ import argparse
 import numpy as np
 from tqdm import tqdm
 
-from actors.tiered_memory import TieredMemory
 from bench.common import emit_json, reciprocal_rank, setup_logging
 from bench.modes import mode_config
 from bench.synthetic import SCENARIOS, generate_facts, query_ids
 from cluster.embedding_cache import embed_cached
 from core.config import TierConfig, load_config
+from memory.tiered_memory import TieredMemory
 from serve.embedder import Embedder
 
 

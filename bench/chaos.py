@@ -38,8 +38,8 @@ import httpx
 import numpy as np
 
 from bench.common import admin_key, bearer, emit_json, setup_logging
-from cluster.locomo_data import load_locomo
 from core.config import load_config
+from corpora.locomo import load_locomo
 
 log = logging.getLogger("bench.chaos")
 

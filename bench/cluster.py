@@ -51,9 +51,9 @@ from bench.common import (
     setup_logging,
 )
 from cluster.local_cluster import free_port
-from cluster.locomo_data import load_locomo
 from core import timings
 from core.config import load_config
+from corpora.locomo import load_locomo
 
 offline_service_env()
 

@@ -2,7 +2,7 @@
 
     python -m bench.content_types [--teacher FILE] [--hand FILE]
 
-- ``--teacher``: labels of ``python -m cluster.content_teacher`` (default: the committed
+- ``--teacher``: labels of ``python -m training.content_teacher`` (default: the committed
   ``bench/labels/content_types_teacher.jsonl``).
 - ``--hand``: turns labelled by hand, blind to the teacher and the rule (default: the committed
   ``bench/labels/content_types_hand.jsonl``: 100 cited LoCoMo turns drawn at random, seed 2026, from both splits,
@@ -23,10 +23,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from actors.admission import content_type_rule
 from bench.admission import type_agreement
 from bench.common import emit_json
-from cluster.content_teacher import PACKAGED_LABELS, load_labels, typed_rows
+from inference.admission import content_type_rule
+from training.content_teacher import PACKAGED_LABELS, load_labels, typed_rows
 
 HAND_LABELS = PACKAGED_LABELS.with_name("content_types_hand.jsonl")
 
@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--hand", default=str(HAND_LABELS))
     parser.add_argument("--data", default=None, help="LoCoMo JSON (default: data.locomo_path of the config)")
     args = parser.parse_args(argv)
-    from cluster.locomo_data import load_locomo
     from core.config import REPO_ROOT, load_config
+    from corpora.locomo import load_locomo
 
     cfg = load_config()
     teacher = load_labels(args.teacher)

@@ -1,4 +1,4 @@
-"""Write-side dedup and safe updates (actors/write_links.py) on a generated stream and on LoCoMo train:
+"""Write-side dedup and safe updates (memory/write_links.py) on a generated stream and on LoCoMo train:
 
     python -m bench.dedup [--seed 0] [--conversations 10] [--turns 120] [--calibrate] [--locomo]
 
@@ -34,11 +34,11 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from actors.segmenter import render_turn
-from actors.tenant_tiers import TenantTiers
-from actors.write_path import format_date_time
 from bench.common import emit_json, setup_logging
 from core.config import load_config
+from cores.tenant_tiers import TenantTiers
+from memory.segmenter import render_turn
+from pipeline.write_path import format_date_time
 
 CITIES = ["Boston", "Denver", "Seattle", "Austin", "Chicago", "Portland", "Atlanta", "Phoenix", "Madison", "Tucson",
           "Raleigh", "Omaha", "Toronto", "Dublin", "Lisbon", "Osaka"]
@@ -243,7 +243,7 @@ def run_generated(cfg: Any, embedder: Any, streams: Sequence[tuple[str, list[Pla
 
 
 def run_locomo(cfg: Any, embedder: Any) -> dict[str, Any]:
-    from cluster.locomo_data import load_locomo, split
+    from corpora.locomo import load_locomo, split
 
     convs = split(load_locomo(cfg.data.locomo_path), "train")
     core = TenantTiers(cfg.tiers, embedder.dim)

@@ -7,7 +7,7 @@ Reported per setting and cap: ``recall@cap`` — mean share of the question's ev
 those lines (routing's own recall is the ceiling) — plus the assistants' prompt tokens and wall
 seconds per question (p50). Settings:
 
-- ``likelihood:C`` — the product's default (``actors/assistant.py``): shortlist C lines per segment
+- ``likelihood:C`` — the product's default (``inference/assistant.py``): shortlist C lines per segment
   by router cosine + idf term match, the small model scores each by the question's likelihood;
 - ``rank:C`` — the same shortlist ranked by its first signal alone (no model call): what the model adds;
 - ``choose`` — the model names up to ``episodic.evidence_per_segment`` line numbers per segment
@@ -30,15 +30,15 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from actors.assistant import AssistantHost, SegmentQuery
-from actors.bm25 import line_terms
-from actors.episodic_router import EpisodicRouter
-from actors.segmenter import segment_turns
 from bench.common import emit_json, parse_int_list, setup_logging
 from bench.route_recall import CachedEncoder, token_counter
-from cluster.locomo_data import load_locomo, split
 from core.config import load_config
 from core.evidence import Evidence, by_score, dedupe_evidence
+from corpora.locomo import load_locomo, split
+from inference.assistant import AssistantHost, SegmentQuery
+from memory.bm25 import line_terms
+from memory.routing import EpisodicRouter
+from memory.segmenter import segment_turns
 from serve.embedder import Embedder
 
 CATEGORIES = (1, 2, 3, 4)

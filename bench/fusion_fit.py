@@ -1,6 +1,6 @@
 """Weights for the fusion of the assistants' candidate lines, learned on LoCoMo's TRAIN split (the dev set).
 
-The read path ranks every candidate line the assistants offer for a question by one score (``actors.assistant.fuse``:
+The read path ranks every candidate line the assistants offer for a question by one score (``inference.assistant.fuse``:
 each raw signal standardised over the question's candidates, summed with equal weights) and the master reads the
 best ``episodic.master_evidence`` of them. This tool measures what other weights would keep, in two steps:
 
@@ -23,7 +23,7 @@ holding a grounded date). Today's fusion is ``rank 1, likelihood 1``, the rest 0
     ENGRAM_ROUTER__MODE=lines python -m bench.fusion_fit --caps 5,7
 
 The test split is never read. The gold category is kept for the per-category report only; the features use the
-question's words alone (``actors.question_kind.predict_kind``).
+question's words alone (``inference.question_kind.predict_kind``).
 """
 
 from __future__ import annotations
@@ -39,13 +39,13 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from actors.assistant import _standardise
-from actors.question_kind import TEMPORAL, predict_kind
-from actors.time_expressions import grounded_values
 from bench.common import emit_json, parse_int_list, read_jsonl, setup_logging
 from bench.locomo import _Models, code_digest_of, config_hash, file_digest
-from cluster.locomo_data import DEV_PER_CATEGORY, load_locomo, select_questions, split
 from core.config import load_config
+from corpora.locomo import DEV_PER_CATEGORY, load_locomo, select_questions, split
+from inference.assistant import _standardise
+from inference.question_kind import TEMPORAL, predict_kind
+from memory.time_expressions import grounded_values
 
 FEATURES = ("rank", "likelihood", "routing", "open", "dated")
 TODAY = (1.0, 1.0, 0.0, 0.0, 0.0)

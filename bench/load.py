@@ -31,8 +31,8 @@ import numpy as np
 
 from bench.common import admin_key, bearer, emit_json, setup_logging
 from cluster.local_cluster import free_port
-from cluster.locomo_data import load_locomo
 from core.config import load_config
+from corpora.locomo import load_locomo
 
 OPS = ("add", "search", "ask")
 

@@ -14,7 +14,7 @@ tuned on (its answers share the train split's cache).
 
 Categories: ``--category predicted`` (the default; the headline tables) asks every question without LoCoMo's
 label and without its adversarial answer, as a user of ``/v1/ask`` would: the master reads the kind from the
-question (``actors.question_kind``). ``--category gold`` hands the master LoCoMo's category and, for category 5,
+question (``inference.question_kind``). ``--category gold`` hands the master LoCoMo's category and, for category 5,
 the adversarial answer (for comparison with papers that prompt by category). The mode is part of the cache key.
 
 Resume: every answer is appended (and flushed) to
@@ -60,7 +60,9 @@ from tqdm import tqdm
 from bench.common import emit_json, parse_int_list, percentiles_ms, read_jsonl, setup_logging
 from bench.locomo_report import write_report
 from bench.locomo_score import CATEGORIES, aggregate, emem_f1, official_f1
-from cluster.locomo_data import (
+from core.config import REPO_ROOT, ROLES, EngramConfig, load_config
+from core.generation import TokenBill
+from corpora.locomo import (
     DEV_PER_CATEGORY,
     SPLITS,
     Conversation,
@@ -70,13 +72,12 @@ from cluster.locomo_data import (
     select_questions,
     split,
 )
-from core.config import REPO_ROOT, ROLES, EngramConfig, load_config
-from core.generation import TokenBill
 
 SYSTEMS = ("engram", "rag", "full_context", "direct_read")
 RECALL_CATEGORIES = (1, 2, 3, 4)  # evidence recall leaves category 5 (adversarial) out
 HASH_LENGTH = 12
-PACKAGES = ("core", "actors", "serve", "cluster", "bench", "tests")  # whose sources the cache key may cover
+PACKAGES = ("core", "memory", "inference", "cores", "pipeline", "actors", "serve", "corpora", "cluster", "training",
+            "bench", "tests")  # whose sources the cache key may cover
 # Config sections no system of this harness reads (nor where outputs go): out of the key, so cached answers
 # survive edits there. NOTE: a system that starts reading one of them must take it out of this set.
 UNREAD_SECTIONS = frozenset({"paths", "profile", "data", "admission", "tiers", "auth"})

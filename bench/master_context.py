@@ -53,15 +53,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from actors.master import Master
 from bench import locomo
 from bench.common import emit_json, parse_int_list, setup_logging
 from bench.locomo_report import fmt
 from bench.locomo_score import CATEGORIES
 from bench.systems import RagBaseline, build_system, turn_evidence
-from cluster.locomo_data import Conversation, load_locomo, split
 from core.config import load_config
 from core.evidence import Evidence, by_score, dedupe_evidence
+from corpora.locomo import Conversation, load_locomo, split
+from inference.master import Master
 
 PRODUCT = "product"
 OFFERED = "offered"

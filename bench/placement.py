@@ -5,14 +5,14 @@ leaves, for each ``cluster.tenant_hash`` scheme (no Ray, no service: the placeme
                               [--schemes rendezvous,modulo]
 
 ``N`` nodes hold ``S`` shards each (``N * S`` in all); node ``k`` holds the shards of ids ``k*S .. k*S+S-1``. Tenant
-``t`` is the key ``tenant-t``, hashed with ``actors.shards.stable_hash`` as the service hashes it. Per scheme and N:
+``t`` is the key ``tenant-t``, hashed with ``pipeline.shards.stable_hash`` as the service hashes it. Per scheme and N:
 
 - ``max_over_mean_shard`` / ``max_over_mean_node``: the most loaded shard (node) over the mean (1.0 is perfect);
 - ``moved_on_join``: the share of tenants whose shard changes when node N+1 joins with S new shards;
 - ``moved_on_leave``: the same when the last node leaves with its S shards.
 
 How the schemes see a shard: **rendezvous** places a key on the shard *id* of highest weight
-(``actors.shards.shard_weights``, the very function the service runs); an id's weights do not depend on the other
+(``pipeline.shards.shard_weights``, the very function the service runs); an id's weights do not depend on the other
 ids, so a join moves only the tenants the new ids win (ideally S/((N+1)S) = 1/(N+1)) and a leave only those of
 the ids that are gone (1/N). **modulo** has no ids, only positions: a key goes to position ``hash % count``, so any
 change of count re-deals almost every tenant. A node that leaves from the middle would also renumber the
@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from actors.shards import SCHEMES, shard_seeds, shard_weights, stable_hash
 from bench.common import emit_json, parse_int_list
 from core.config import TenantHash, load_config
+from pipeline.shards import SCHEMES, shard_seeds, shard_weights, stable_hash
 
 CHUNK = 8192  # NOTE: tenants per weight matrix: 8192 x 804 shards of uint64 is ~50 MB
 
@@ -60,7 +60,7 @@ def rendezvous_prefixes(hashes: np.ndarray, shards: Sequence[int]) -> dict[int, 
 
 
 def modulo_placement(hashes: np.ndarray, shards: int) -> np.ndarray:
-    """Position ``hash % shards`` of each tenant (``actors.shards.shard_of`` under ``modulo``)."""
+    """Position ``hash % shards`` of each tenant (``pipeline.shards.shard_of`` under ``modulo``)."""
     return (hashes % np.uint64(shards)).astype(np.int64)
 
 

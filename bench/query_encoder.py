@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from actors.segmenter import render_turn
 from bench.common import emit_json, percentiles_ms, setup_logging, warm_up
 from cluster.embedding_cache import embed_cached
-from cluster.locomo_data import Conversation, load_locomo, split
 from core.config import load_config
+from corpora.locomo import Conversation, load_locomo, split
+from memory.segmenter import render_turn
 
 
 def evidence_recall(conversations: Sequence[Conversation], turn_vectors: np.ndarray,

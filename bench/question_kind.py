@@ -1,4 +1,4 @@
-"""The question-kind rules (``actors/question_kind.py``) against LoCoMo's gold categories, per split.
+"""The question-kind rules (``inference/question_kind.py``) against LoCoMo's gold categories, per split.
 
     python -m bench.question_kind --split train
 
@@ -14,10 +14,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from actors.question_kind import predict_kind
 from bench.common import emit_json, setup_logging
-from cluster.locomo_data import SPLITS, load_locomo, split
 from core.config import load_config
+from corpora.locomo import SPLITS, load_locomo, split
+from inference.question_kind import predict_kind
 
 
 def confusion(questions: list[tuple[int, str]]) -> dict[str, Any]:

@@ -32,14 +32,14 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from actors.episodic_router import EpisodicRouter
-from actors.segmenter import Segment, named_speaker, segment_turns
 from bench.common import read_jsonl, save_and_emit, setup_logging
 from bench.route_recall import CachedEncoder, _with, evidence_recall, token_counter
 from bench.route_signals import CATEGORIES, print_rows, row
-from cluster.locomo_data import Question, load_locomo, split
 from core.config import EngramConfig, load_config
 from core.generation import ChatMessage, GenerationRequest
+from corpora.locomo import Question, load_locomo, split
+from memory.routing import EpisodicRouter
+from memory.segmenter import Segment, named_speaker, segment_turns
 from serve.embedder import Embedder
 
 PROMPT = ("Two friends chat over many days. A question about their chats is given. Write the chat message "

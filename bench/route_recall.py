@@ -1,7 +1,7 @@
 """Routing evidence recall of the episodic router on LoCoMo's TRAIN split (conversations 1-7).
 
 Each train conversation is segmented (sliding window, ``--overlap`` of the segment size replayed)
-and indexed by an :class:`~actors.episodic_router.EpisodicRouter`; every question of categories
+and indexed by an :class:`~memory.routing.EpisodicRouter`; every question of categories
 1-4 with evidence is routed. No summaries exist yet, so only P_vec and P_kw run (P_global has
 nothing to score). Reported per setting:
 
@@ -39,13 +39,13 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from actors.episodic_router import Activation, EpisodicRouter
-from actors.segmenter import Segment, estimate_tokens, segment_turns
 from bench.common import emit_json, parse_int_list, setup_logging
 from cluster.embedding_cache import embed_cached
-from cluster.locomo_data import Conversation, Question, load_locomo, split
 from core.config import RouterConfig, load_config
 from core.model_store import converted_dir, known
+from corpora.locomo import Conversation, Question, load_locomo, split
+from memory.routing import Activation, EpisodicRouter
+from memory.segmenter import Segment, estimate_tokens, segment_turns
 from serve.embedder import Embedder
 
 CATEGORIES = (1, 2, 3, 4)

@@ -34,13 +34,13 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from actors.bm25 import bm25_index
-from actors.episodic_router import EpisodicRouter, _minmax
-from actors.segmenter import Segment, named_speaker, segment_turns
 from bench.common import save_and_emit, setup_logging
 from bench.route_recall import CachedEncoder, _with, evidence_recall, token_counter
-from cluster.locomo_data import Question, load_locomo, split
 from core.config import RouterConfig, load_config
+from corpora.locomo import Question, load_locomo, split
+from memory.bm25 import bm25_index
+from memory.routing import EpisodicRouter, _minmax
+from memory.segmenter import Segment, named_speaker, segment_turns
 from serve.embedder import Embedder
 
 CATEGORIES = (1, 2, 3, 4)

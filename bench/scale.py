@@ -3,7 +3,7 @@
     python -m bench.scale                                  # sizes 1e3..1e6 and 10,000 tenants (~30 min, ~12 GB)
     python -m bench.scale --sizes 1000,10000 --tenants 500 --queries 100   # a quick look
 
-Everything runs the tier shard's core as the service runs it (``actors.durable_cores.DurableTiers``: the
+Everything runs the tier shard's core as the service runs it (``cores.durable_cores.DurableTiers``: the
 ``TenantTiers`` of a tier-shard actor with its write-ahead log, fsync per write), in this process, without Ray:
 
 - **Vectors.** Real MiniLM embeddings of LoCoMo train-split turns (``--sample`` of them, cached), and for the rest
@@ -39,8 +39,8 @@ from tqdm import tqdm
 
 from bench.common import emit_json, parse_int_list, percentiles_ms, setup_logging, warm_up
 from cluster.embedding_cache import embed_cached
-from cluster.locomo_data import load_locomo, split
 from core.config import EngramConfig, TierConfig, load_config
+from corpora.locomo import load_locomo, split
 
 MB = 2**20
 
@@ -152,7 +152,7 @@ def _snapshot(core: Any, journal: Path) -> tuple[float, float]:
 def one_user(cfg: EngramConfig, sizes: list[int], source: VectorSource, texts: Sequence[str], queries: Sequence[str],
              encoder: Any, *, batch: int, replay: int, workdir: Path, beams: Sequence[int] = ()
              ) -> list[dict[str, Any]]:
-    from actors.durable_cores import DurableTiers
+    from cores.durable_cores import DurableTiers
 
     cfg = _scale_config(cfg, max(sizes))
     dim = source.sample.shape[1]
@@ -204,7 +204,7 @@ def one_user(cfg: EngramConfig, sizes: list[int], source: VectorSource, texts: S
 
 def many_users(cfg: EngramConfig, tenants: int, source: VectorSource, texts: Sequence[str], queries: Sequence[str],
                encoder: Any, *, workdir: Path, seed: int = 0) -> dict[str, Any]:
-    from actors.durable_cores import DurableTiers
+    from cores.durable_cores import DurableTiers
 
     cfg = _without_dedup(cfg)
     dim = source.sample.shape[1]

@@ -58,8 +58,8 @@ from bench.locomo import (
 from bench.locomo_score import CATEGORIES
 from bench.systems import TENANT as HARNESS_TENANT  # the tenant every harness system stores its conversation as
 from bench.systems import Answer, build_system
-from cluster.locomo_data import Conversation, Question, load_locomo, select_questions, split
 from core.generation import TokenBill
+from corpora.locomo import Conversation, Question, load_locomo, select_questions, split
 
 offline_service_env()
 

@@ -21,14 +21,14 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from actors.rerank import build_reranker
-from actors.tiered_memory import TieredMemory
 from bench.common import emit_json, parse_int_list, percentiles_ms, reciprocal_rank, setup_logging, warm_up
 from bench.modes import MODES, mode_config, parse_mode
 from bench.synthetic import SCENARIOS, Fact, generate_facts, query_ids
 from bench.tiers_report import write_report
 from cluster.embedding_cache import embed_cached
 from core.config import EngramConfig, load_config
+from memory.rerank import build_reranker
+from memory.tiered_memory import TieredMemory
 from serve.embedder import Embedder
 
 QUICK = {"scenario": "B", "scale": 5, "seeds": [42]}

@@ -1,4 +1,4 @@
-"""The relative-date resolver (``actors/time_expressions.py``) on LoCoMo turns: precision and recall against hand
+"""The relative-date resolver (``memory/time_expressions.py``) on LoCoMo turns: precision and recall against hand
 labels.
 
     python -m bench.time_expressions --dump sample.jsonl          # draw the sample (train split) to label
@@ -26,10 +26,10 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from actors.time_expressions import resolve
 from bench.common import emit_json, setup_logging
-from cluster.locomo_data import load_locomo, split
 from core.config import load_config
+from corpora.locomo import load_locomo, split
+from memory.time_expressions import resolve
 
 LABELS = Path(__file__).parent / "labels" / "time_expressions.jsonl"
 CANDIDATE = re.compile(r"\b(?:ago|last|next|yesterday|tomorrow|today|tonight|weeks?|weekends?|months?|years?|"

@@ -61,7 +61,7 @@ DEFAULT_BATCH = 32  # turns per request of `engram ingest`
 
 
 def locomo_batches(turns: Sequence[Any], user_id: str, size: int) -> Iterator[tuple[str, str, list[TurnIn]]]:
-    """LoCoMo turns (``cluster.locomo_data.Turn``) as batches of at most ``size``, in stream order; a batch never
+    """LoCoMo turns (``corpora.locomo.Turn``) as batches of at most ``size``, in stream order; a batch never
     spans two sessions and carries ``session_<n>`` as its session id."""
     by_session: dict[int, list[TurnIn]] = {}
     for t in turns:
@@ -73,7 +73,7 @@ def locomo_batches(turns: Sequence[Any], user_id: str, size: int) -> Iterator[tu
 
 
 def _cmd_ingest_locomo(args: argparse.Namespace, ctx: _Context) -> int:
-    from cluster.locomo_data import load_locomo
+    from corpora.locomo import load_locomo
 
     if args.data is None:
         from core.config import load_config

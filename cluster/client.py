@@ -288,7 +288,7 @@ class _Endpoints:
         return self._send(_Calls.delete_user(user_id))
 
     def export_user(self, user_id: str):
-        """A user's whole memory as JSON Lines (``actors/tenant_export.py``) → ``str``."""
+        """A user's whole memory as JSON Lines (``cores/tenant_export.py``) → ``str``."""
         return self._send(_Calls.export_user(user_id))
 
     def import_user(self, user_id: str, data: str | bytes):

@@ -64,7 +64,7 @@ def run(conversation: str, questions: int, config: Path, timeout_s: float) -> in
     import ray
     from ray import serve
 
-    from cluster.locomo_data import load_locomo
+    from corpora.locomo import load_locomo
     from serve.app import build_app
     from serve.auth import KeyStore
 

@@ -1,6 +1,6 @@
 """Embeddings of stored texts, computed once per (model, texts) and kept in the cache dir.
 
-Used by admission training (``cluster.train_admission``) and the benchmarks; queries are never cached.
+Used by admission training (``training.train_admission``) and the benchmarks; queries are never cached.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ class Evidence:
     """One verbatim line: ``[date] speaker: text``, its turn id and time; ``score``: higher = more relevant
     (comparable among all evidence for one question; 0 with the ``choose`` method). ``signals``: a candidate's raw
     relevance signals before they are fused into ``score`` across every assistant's candidates
-    (``actors.assistant.fuse``); empty once fused."""
+    (``inference.assistant.fuse``); empty once fused."""
 
     turn_id: str
     content: str

@@ -239,10 +239,10 @@ def adapted(name: str) -> AdaptedModel | None:
 
 
 def adapter_folder(model: AdaptedModel) -> Path:
-    """``model.adapter`` inside the installed ``actors`` package (found without importing it)."""
-    spec = importlib.util.find_spec("actors")
+    """``model.adapter`` inside the installed ``inference`` package (found without importing it)."""
+    spec = importlib.util.find_spec("inference")
     if spec is None or not spec.submodule_search_locations:
-        raise ModelFileError(f"{model.name}: the actors package that holds its adapter is not installed")
+        raise ModelFileError(f"{model.name}: the inference package that holds its adapter is not installed")
     return Path(next(iter(spec.submodule_search_locations))) / model.adapter
 
 
@@ -251,7 +251,7 @@ def adapter_file(model: AdaptedModel) -> Path:
     weights = adapter_folder(model) / ADAPTER_FILE
     if not weights.is_file():
         raise ModelFileError(f"{model.name}: its adapter {weights} is missing (retrain it with "
-                             f"`python -m cluster.train_reader --out actors/{model.adapter}`)")
+                             f"`python -m training.train_reader --out inference/{model.adapter}`)")
     return weights
 
 

@@ -1,4 +1,4 @@
-"""The cluster's shards: typed calls (``actors.shards.CoreHandle``) to the topology's Ray actors.
+"""The cluster's shards: typed calls (``pipeline.shards.CoreHandle``) to the topology's Ray actors.
 
 Each call waits at most ``cluster.actor_call_timeout_s`` (or the caller's ``timeout=``). An actor whose node is
 gone (unschedulable, or dead for good) is revived once on an alive node and the call retried; an actor that is
@@ -16,9 +16,9 @@ from typing import Any
 from ray.exceptions import ActorDiedError, ActorUnschedulableError, GetTimeoutError, RayActorError
 
 from actors.remote import ASSISTANT_WRITES, WRITES
-from actors.shards import CORES, CoreHandle, Kind, Placement, shard_counts
 from core.config import EngramConfig
 from core.errors import UnavailableError
+from pipeline.shards import CORES, CoreHandle, Kind, Placement, shard_counts
 from serve.topology import Topology
 
 log = logging.getLogger(__name__)

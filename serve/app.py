@@ -48,7 +48,7 @@ def check_ready(config: EngramConfig) -> None:
                 f"fetch it once with `engram models fetch {model.name}` ({model.size / 2**30:.1f} GiB download)"
             )
     if config.admission.mode == "classifier":
-        from actors.admission import configured_weights, require_weights
+        from inference.admission import configured_weights, require_weights
 
         require_weights(configured_weights(config), " or set admission.mode: store_all")
     if config.auth.required:

@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 from ray import serve
 
-from actors.admission import Decision
-from actors.master import Master, MasterAnswer
 from core import tracing
 from core.config import EngramConfig
 from core.evidence import Evidence
+from inference.admission import Decision
+from inference.master import Master, MasterAnswer
 from serve.pool import PoolEngine, TokenizerCounter, use_cores
 
 
@@ -54,10 +54,10 @@ class EmbedderService:
 
 
 class AdmissionService:
-    """The trained admission classifier (``python -m cluster.train_admission`` writes its weights)."""
+    """The trained admission classifier (``python -m training.train_admission`` writes its weights)."""
 
     def __init__(self, config: dict[str, Any]) -> None:
-        from actors.admission import AdmissionClassifier
+        from inference.admission import AdmissionClassifier
 
         cfg = EngramConfig.model_validate(config)
         use_cores(None)
@@ -68,7 +68,7 @@ class AdmissionService:
 
 
 class MasterService:
-    """The master core (``actors.master.Master``) on the pool model: merges, cuts to the window, answers."""
+    """The master core (``inference.master.Master``) on the pool model: merges, cuts to the window, answers."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         cfg = EngramConfig.model_validate(config)

@@ -1,9 +1,9 @@
 """The HTTP API (FastAPI behind Ray Serve): ``MemoryAPI`` maps requests onto the pipelines and back.
 
 The work is done by plain classes over the cluster's shards (``serve.actor_shards.ActorShards``): the write
-path (``actors/write_path.py``), the read path (``actors/read_path.py``: route -> assistants -> master, the
-same class the LoCoMo benchmark answers through), the background summariser (``actors/summariser.py``) and the
-tenant operations (``actors/tenant_ops.py``). This module validates requests, checks API keys
+path (``pipeline/write_path.py``), the read path (``pipeline/read_path.py``: route -> assistants -> master, the
+same class the LoCoMo benchmark answers through), the background summariser (``pipeline/summariser.py``) and the
+tenant operations (``pipeline/tenant_ops.py``). This module validates requests, checks API keys
 (``serve/middleware.py``, then :func:`authorize` in every endpoint), records metrics and shapes responses.
 """
 
@@ -23,17 +23,17 @@ from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 from ray import serve
 
-from actors.read_path import ReadPath
-from actors.scope import MemoryFilter, Scope, event_time
-from actors.summariser import Summariser
-from actors.tenant_episodes import RouteResult
-from actors.tenant_export import InvalidExport, parse_import
-from actors.tenant_ops import TenantOps
-from actors.write_path import WritePath, turn_records
 from core import tracing
 from core.config import EngramConfig
 from core.errors import InvalidRequestError, PayloadTooLargeError
 from core.generation import TokenBill
+from cores.tenant_episodes import RouteResult
+from cores.tenant_export import InvalidExport, parse_import
+from memory.scope import MemoryFilter, Scope, event_time
+from pipeline.read_path import ReadPath
+from pipeline.summariser import Summariser
+from pipeline.tenant_ops import TenantOps
+from pipeline.write_path import WritePath, turn_records
 from serve import middleware
 from serve import schemas as s
 from serve.actor_shards import ActorShards
@@ -302,7 +302,7 @@ class MemoryAPI:
     async def export_user(self, user_id: s.Identifier,
                           key: ApiKey | None = Security(API_KEY)) -> Response:
         """Memories (tiers), episodic segments and the stream's state with their vectors, one JSON object per
-        line (``actors/tenant_export.py``); ``POST .../import`` rebuilds the user from it exactly."""
+        line (``cores/tenant_export.py``); ``POST .../import`` rebuilds the user from it exactly."""
         authorize(key, user_id)
         topo = await self.topology()
         lines = await self.ops.export_user(user_id, topo.dim)

@@ -1,7 +1,7 @@
 """Request and response bodies of the HTTP API (``/v1``), validated at the edge.
 
 A *tenant* is a ``user_id``: every memory, segment and index entry belongs to exactly one. Inside it,
-``agent_id`` and ``run_id`` are scopes (``actors/scope.py``): a write names them, and search, ask, list and
+``agent_id`` and ``run_id`` are scopes (``memory/scope.py``): a write names them, and search, ask, list and
 delete can be limited to them. ``session_id`` is kept with each memory as metadata only. Turn ids are unique
 within a tenant (the client's, e.g. LoCoMo's ``D1:3``, or a generated one); adding an id again replaces it.
 The bounds below are the API's limits; a request beyond them gets a 422 that names the field.
@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from actors.scope import RESERVED_KEYS
+from memory.scope import RESERVED_KEYS
 
 MAX_TURN_CHARS = 8_000
 MAX_BATCH = 256

@@ -3,7 +3,7 @@
 ``Topology.start`` creates the actors or, when they exist (a restarted driver, a second ingress
 replica), attaches to them by name; ``Topology.connect`` only attaches. A tenant's tier shard and
 router, and a segment's (``tenant/segment``) assistant actor, are placed by ``cluster.tenant_hash``
-(``actors.shards.Placement``): rendezvous hashing over the actors' indices, or ``stable_hash(key) % n`` under
+(``pipeline.shards.Placement``): rendezvous hashing over the actors' indices, or ``stable_hash(key) % n`` under
 ``modulo``. With ``cluster.placement: round_robin`` actor ``i`` of each kind
 is pinned to alive node ``i % nodes``. Actors restart after a crash (``cluster.max_restarts``); an actor
 whose node is gone cannot restart there and is revived on an alive node by the first caller that finds it dead
@@ -18,12 +18,12 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.object_journal import is_url
-from actors.placement_record import check_placement
 from actors.remote import AssistantActor, RouterActor, TierShardActor
-from actors.shards import Placement, assistant_options, shard_counts
 from core.config import EngramConfig
 from core.errors import UnavailableError
+from cores.object_journal import is_url
+from pipeline.placement_record import check_placement
+from pipeline.shards import Placement, assistant_options, shard_counts
 from serve.pool import PoolEngine, TokenizerCounter
 
 
@@ -64,7 +64,7 @@ class Topology:
 
     @classmethod
     def check_storage(cls, config: EngramConfig) -> None:
-        """Refuse a storage_dir whose state was placed by another scheme or shard counts (actors.placement_record)."""
+        """Refuse a storage_dir whose state was placed by another scheme or shard counts (pipeline.placement_record)."""
         root = storage_root(config)
         if root is not None:
             check_placement(root, Placement(cls.counts(config), config.cluster.tenant_hash),
@@ -138,7 +138,7 @@ class Topology:
                                            f"{config.cluster.namespace!r}; start the service first") from e
         return cls(config, actors)
 
-    # -- placement (``actors.shards.Placement``: the pipelines place tenants the same way) ------------
+    # -- placement (``pipeline.shards.Placement``: the pipelines place tenants the same way) ------------
     @property
     def placement(self) -> Placement:
         counts = {kind: len(handles) for kind, handles in self.actors.items()}

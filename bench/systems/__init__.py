@@ -1,16 +1,16 @@
 """The LoCoMo systems: engram as the service runs it, and the baselines it is measured against.
 
 - ``engram``: the service's own pipelines in one process (:class:`InProcessService`, ``engram.py``): the write path
-  (``actors/write_path.py``) fed the conversation as ``engram ingest locomo`` posts it (per session, batches of
-  ``DEFAULT_BATCH`` turns), the summariser (``actors/summariser.py``) drained before the first question, and the
-  read path (``actors/read_path.py``) that ``POST /v1/ask`` answers through: route -> assistants -> master.
+  (``pipeline/write_path.py``) fed the conversation as ``engram ingest locomo`` posts it (per session, batches of
+  ``DEFAULT_BATCH`` turns), the summariser (``pipeline/summariser.py``) drained before the first question, and the
+  read path (``pipeline/read_path.py``) that ``POST /v1/ask`` answers through: route -> assistants -> master.
   Admission is store-all, as in every benchmark of episodic memory.
 - ``direct_read`` (``engram.py``): the same ingest and routing; the master reads the routed segments' raw lines
   itself (no assistants), cut to the model's window (best-routed segments first, the open segment last);
 - ``rag`` (``rag.py``): the top ``rag_top_k`` turns by dense + BM25 (min-max normalised, equal weights);
 - ``full_context`` (``full_context.py``): the conversation's most recent turns that fit the model's window.
 
-All four answer with the same master prompts (``actors/master.py``). Each lives in its own module and names the
+All four answer with the same master prompts (``inference/master.py``). Each lives in its own module and names the
 config it reads (``config_reads``), so that ``bench.locomo``'s answer cache of a baseline is keyed by its own
 sources and settings only: an edit to engram's router keeps the cached answers of ``rag`` and ``full_context``.
 """

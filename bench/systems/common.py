@@ -6,12 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.master import MasterAnswer
-from actors.segmenter import render_turn
-from actors.time_expressions import anchor_of
 from core.config import ROLES, Role
 from core.evidence import Evidence
 from core.generation import GenerationEngine, TokenBill
+from inference.master import MasterAnswer
+from memory.segmenter import render_turn
+from memory.time_expressions import anchor_of
 
 TENANT = "locomo"
 # The config sections a system reads (a section name -> None for all of it, or the names of the fields it reads);

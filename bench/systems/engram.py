@@ -9,17 +9,17 @@ from typing import Any
 
 import numpy as np
 
-from actors.master import Master, MasterAnswer, token_counter
-from actors.read_path import ReadPath
-from actors.segmenter import Segment
-from actors.shards import LocalShards
-from actors.summariser import Summariser
-from actors.write_path import WritePath, turn_records
 from bench.systems.common import TENANT, Answer, ConfigReads, Engines, answer_of, per_role
 from cluster.cli_ingest import DEFAULT_BATCH, locomo_batches
 from core.config import ROLES, EngramConfig, Role
 from core.encoding import Encoder
 from core.evidence import Evidence, dedupe_evidence
+from inference.master import Master, MasterAnswer, token_counter
+from memory.segmenter import Segment
+from pipeline.read_path import ReadPath
+from pipeline.shards import LocalShards
+from pipeline.summariser import Summariser
+from pipeline.write_path import WritePath, turn_records
 
 
 class InProcessService:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from actors.master import Master
 from bench.systems.common import MASTER_READS, Answer, ConfigReads, Engines, answer_of, per_role, turn_evidence
 from core.config import EngramConfig
 from core.encoding import Encoder
+from inference.master import Master
 
 
 class FullContextBaseline:

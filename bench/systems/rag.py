@@ -7,12 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from actors.bm25 import BM25_SETTINGS, bm25_index
-from actors.master import Master
-from actors.segmenter import render_turn
 from bench.systems.common import MASTER_READS, Answer, ConfigReads, Engines, answer_of, per_role, turn_evidence
 from core.config import EngramConfig
 from core.encoding import Encoder
+from inference.master import Master
+from memory.bm25 import BM25_SETTINGS, bm25_index
+from memory.segmenter import render_turn
 
 
 class RagBaseline:

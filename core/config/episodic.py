@@ -23,7 +23,7 @@ class EpisodicConfig(Section):
     ground_dates: bool = Field(
         True, description="Write each turn's relative time expressions ('yesterday', 'last week', 'two years ago') "
         "resolved against the turn's local date into its line: '... yesterday [7 May 2023] ...' "
-        "(actors/time_expressions.py). The line is what the router indexes, the assistants and the master read "
+        "(memory/time_expressions.py). The line is what the router indexes, the assistants and the master read "
         "and an export keeps; the memory's own text stays as sent.",
     )
     summary_max_tokens: int = Field(48, gt=0, le=1024, description="Length cap of a segment summary (P_global).")
@@ -52,11 +52,11 @@ class EpisodicConfig(Section):
     answer_examples: bool = Field(
         True, description="Show the master one worked example (train split) of the question's kind before the "
         "question, as an earlier chat turn: small models copy an answer's form better than they follow an "
-        "instruction (actors/master.py: EXAMPLES). Its tokens come off the evidence budget.",
+        "instruction (inference/master.py: EXAMPLES). Its tokens come off the evidence budget.",
     )
     answer_form: Literal["free", "snap", "extract"] = Field(
         "free",
-        description="How the master's short answers keep to the evidence's words (actors/answer_spans.py): 'free' "
+        description="How the master's short answers keep to the evidence's words (inference/answer_spans.py): 'free' "
         "generation, cleaned; 'snap': the free answer replaced by the evidence span closest to it (token F1 >= 0.5; "
         "a list item by item); 'extract': the answer chosen among the evidence lines' short phrases (a constrained "
         "choice), lists and yes/no questions as 'snap'. Dates and false-premise choices are unaffected.",
@@ -117,7 +117,7 @@ class AdmissionConfig(Section):
         "packaged",
         min_length=1,
         description="Trained projector + heads the service loads: 'packaged' (committed with the code, "
-        "actors/admission_heads/) or a folder written by `python -m cluster.train_admission --out DIR`.",
+        "inference/admission_heads/) or a folder written by `python -m training.train_admission --out DIR`.",
     )
     holdout_conversation: str = Field(
         "conv-47",
@@ -136,9 +136,9 @@ class AdmissionConfig(Section):
         "teacher",
         min_length=1,
         description="Training: where the content-type labels come from: 'teacher' (the committed labels of "
-        "python -m cluster.content_teacher, Qwen2.5-Coder-1.5B restricted to the six types: "
+        "python -m training.content_teacher, Qwen2.5-Coder-1.5B restricted to the six types: "
         "bench/labels/content_types_teacher.jsonl), a path to such a file, or 'rule' (the keyword rule "
-        "actors.admission.content_type_rule).",
+        "inference.admission.content_type_rule).",
     )
     max_train_minutes: float = Field(
         20.0,

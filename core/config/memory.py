@@ -136,7 +136,7 @@ class EntityConfig(Section):
 
 
 class DedupConfig(Section):
-    """Write-side dedup and safe updates in the tier shard (actors/write_links.py, docs/admission.md)."""
+    """Write-side dedup and safe updates in the tier shard (memory/write_links.py, docs/admission.md)."""
 
     enabled: bool = Field(
         True,

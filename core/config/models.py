@@ -83,7 +83,7 @@ KNOWN_MODELS: dict[str, KnownModel] = {m.name: m for m in (
 
 
 class AdaptedModel(Section):
-    """A registry model with a LoRA adapter committed in the repository (``cluster/train_reader.py`` writes one),
+    """A registry model with a LoRA adapter committed in the repository (``training/train_reader.py`` writes one),
     merged into the base weights once at first use (``core.model_store.merge_adapter``)."""
 
     name: str = Field(min_length=1, description="What configs call it (e.g. 'smollm2-135m-reader').")
@@ -97,7 +97,7 @@ ADAPTED_MODELS: dict[str, AdaptedModel] = {m.name: m for m in (
     AdaptedModel(
         name="smollm2-135m-reader", base="smollm2-135m", adapter="reader_adapters/smollm2-135m-locomo",
         purpose="the master's short answers: LoRA (rank 8, last 12 layers) on LoCoMo train-split QA, dev set held "
-                "out (python -m cluster.train_reader)"),
+                "out (python -m training.train_reader)"),
 )}
 
 

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator
 from core.cache import default_cache_dir
 from core.config.base import Section, default_shared
 
-TenantHash = Literal["rendezvous", "modulo"]  # actors/shards.py: shard_of
+TenantHash = Literal["rendezvous", "modulo"]  # pipeline/shards.py: shard_of
 
 
 class DataConfig(Section):
@@ -80,7 +80,7 @@ class ClusterConfig(Section):
         None,
         description="Where each stateful actor keeps its write-ahead log and snapshots (<dir>/<namespace>/<actor>): "
         "a directory every node can reach in a multi-node cluster (a ReadWriteMany volume), or an fsspec URL of an "
-        "object store (s3://bucket/prefix, gs://..., file:///...; actors/object_journal.py). None: memory only, "
+        "object store (s3://bucket/prefix, gs://..., file:///...; cores/object_journal.py). None: memory only, "
         "lost when an actor restarts.",
     )
     storage_options: dict[str, Any] = Field(

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from actors.admission import SETTINGS_FILE, WEIGHTS_FILE, AdmissionClassifier, AdmissionModel, load_backbone
 from core.config import load_config
 from core.config.models import PACKAGED_SMOLLM2
 from core.model_store import resolve_model
+from inference.admission import SETTINGS_FILE, WEIGHTS_FILE, AdmissionClassifier, AdmissionModel, load_backbone
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import httpx
 import numpy as np
 import pytest
 
-from actors.admission import SETTINGS_FILE, AdmissionClassifier, ChunkStream, packaged_weights
-from cluster.locomo_data import load_locomo
 from core.config import load_config
+from corpora.locomo import load_locomo
+from inference.admission import SETTINGS_FILE, AdmissionClassifier, ChunkStream, packaged_weights
 from tests.integration.conftest import ADMIN_KEY, auth_headers, service_args
 
 APP, PREFIX, USER, TURNS = "engram-admission", "/admission", "conv-26", 30
@@ -71,7 +71,7 @@ def test_the_classifier_decides_over_http_as_in_process_and_stores_what_it_admit
     # relative dates grounded on the turn's date, as the write path renders them)
     from datetime import UTC, datetime
 
-    from actors.write_path import turn_records
+    from pipeline.write_path import turn_records
     from serve.embedder import Embedder
     from serve.schemas import TurnIn
 

@@ -15,8 +15,8 @@ import pytest
 
 from bench.systems import InProcessService
 from cluster.cli_ingest import DEFAULT_BATCH, locomo_batches
-from cluster.locomo_data import load_locomo
 from core.config import ROLES, load_config
+from corpora.locomo import load_locomo
 from serve.embedder import Embedder
 from serve.pool import PoolEngine, TokenizerCounter
 from tests.integration.conftest import ADMIN_KEY, auth_headers, service_args

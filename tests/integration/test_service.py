@@ -9,10 +9,10 @@ import sys
 import httpx
 import pytest
 
-from actors.time_expressions import ground
-from cluster.locomo_data import load_locomo
 from core import timings
 from core.config import load_config
+from corpora.locomo import load_locomo
+from memory.time_expressions import ground
 from tests.integration.conftest import ADMIN_KEY, NAMESPACE, SPANS, auth_headers, service_args
 
 USER = "conv-26"

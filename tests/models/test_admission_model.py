@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from actors.admission import AdmissionClassifier, AdmissionModel, ChunkStream, load_backbone, pad_chunks
 from core.config.models import PACKAGED_SMOLLM2
+from inference.admission import AdmissionClassifier, AdmissionModel, ChunkStream, load_backbone, pad_chunks
 
 pytestmark = pytest.mark.model
 
@@ -68,8 +68,8 @@ def test_classifier_decides_the_same_alone_and_in_a_batch(backbone, minilm):
 
 
 def test_the_committed_heads_load_and_int8_agrees_with_float(minilm):
-    from actors.admission import SETTINGS_FILE, WEIGHTS_FILE, packaged_weights
     from core.config import load_config
+    from inference.admission import SETTINGS_FILE, WEIGHTS_FILE, packaged_weights
 
     heads = packaged_weights()
     assert (heads / WEIGHTS_FILE).stat().st_size <= 5 * 2**20

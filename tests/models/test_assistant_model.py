@@ -5,12 +5,12 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from actors.assistant import AssistantHost
-from actors.master import Master
-from actors.segmenter import segment_turns
 from core.config import EpisodicConfig
 from core.evidence import Evidence
 from core.generation import GenerationRequest
+from inference.assistant import AssistantHost
+from inference.master import Master
+from memory.segmenter import segment_turns
 
 pytestmark = pytest.mark.model
 

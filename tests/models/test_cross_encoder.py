@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from actors.rerank import build_reranker
-from actors.tiered_memory import TieredMemory
 from core.config import RerankConfig, TierConfig, TierMemoryConfig
+from memory.rerank import build_reranker
+from memory.tiered_memory import TieredMemory
 
 pytestmark = pytest.mark.model
 

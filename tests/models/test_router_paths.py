@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import pytest
 
-from actors.bm25 import tokenize
-from actors.episodic_router import EpisodicRouter
-from actors.segmenter import Segment
-from cluster.locomo_data import parse_session_datetime
 from core.config import RouterConfig
+from corpora.locomo import parse_session_datetime
+from memory.bm25 import tokenize
+from memory.routing import EpisodicRouter
+from memory.segmenter import Segment
 
 pytestmark = pytest.mark.model
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from actors.tiered_memory import TieredMemory
 from bench.modes import mode_config
 from bench.synthetic import generate_facts
 from core.config import TierConfig, load_config
+from memory.tiered_memory import TieredMemory
 
 pytestmark = pytest.mark.model
 
@@ -53,7 +53,7 @@ def test_recent_facts_are_found_in_l1(minilm, facts, vectors):
 def test_hnsw_recall_on_real_embeddings(minilm, vectors):
     import numpy as np
 
-    from actors.hnsw_index import ExactIndex, HnswIndex
+    from memory.hnsw_index import ExactIndex, HnswIndex
 
     cfg = load_config("cpu").tiers.l1
     hnsw = HnswIndex(minilm.dim, N, M=cfg.M, ef_construction=cfg.ef_construction, ef=cfg.ef)

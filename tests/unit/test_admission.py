@@ -9,7 +9,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from actors.admission import (
+from core.config import AdmissionConfig
+from inference.admission import (
     CONTENT_TYPES,
     DEFAULT_THRESHOLD,
     SETTINGS_FILE,
@@ -20,7 +21,7 @@ from actors.admission import (
     content_type_rule,
     pad_chunks,
 )
-from cluster.train_admission import (
+from training.train_admission import (
     ChunkSet,
     best_threshold,
     class_weights,
@@ -30,7 +31,6 @@ from cluster.train_admission import (
     save,
     train_step,
 )
-from core.config import AdmissionConfig
 
 DIM = 16
 
@@ -126,7 +126,7 @@ def test_decision_alone_equals_decision_in_a_batch():
 
 
 def test_save_and_load_roundtrip_and_missing_weights_message(tmp_path):
-    from cluster.train_admission import FitResult
+    from training.train_admission import FitResult
 
     model = tiny_model(seed=4)
     with torch.no_grad():
@@ -145,7 +145,7 @@ def test_save_and_load_roundtrip_and_missing_weights_message(tmp_path):
     settings_file.write_text(json.dumps(untrained))
     fallback = AdmissionClassifier.load(tmp_path, backbone_loader=lambda name: tiny_backbone(seed=4))
     assert fallback.threshold == DEFAULT_THRESHOLD  # neither configured nor trained
-    with pytest.raises(FileNotFoundError, match="python -m cluster.train_admission"):
+    with pytest.raises(FileNotFoundError, match="python -m training.train_admission"):
         AdmissionClassifier.load(tmp_path / "nothing")
 
 
@@ -275,7 +275,7 @@ def test_early_exit_heads_read_the_kth_hidden_state(k):
 
 
 def test_exit_layer_is_saved_and_loaded_and_int8_agrees_with_float(tmp_path):
-    from cluster.train_admission import FitResult
+    from training.train_admission import FitResult
 
     model = AdmissionModel(deep_backbone(seed=2), DIM, projector_hidden=32, exit_layer=2)
     settings = {"backbone": "tiny", "exit_layer": model.exit_layer, "embed_dim": DIM, "projector_hidden": 32,

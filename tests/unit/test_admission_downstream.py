@@ -8,8 +8,8 @@ import pytest
 
 from bench import admission_downstream as ad
 from bench import locomo
-from cluster.locomo_data import load_locomo
 from core.generation import TokenBill
+from corpora.locomo import load_locomo
 from tests.unit.test_locomo_harness import CONV_A, CONV_B, FakeAnswer, _sample
 
 
@@ -138,7 +138,7 @@ def test_random_is_seeded_and_keyword_prefers_memory_words():
 
 
 def load_locomo_sample():
-    from cluster.locomo_data import Conversation, Turn
+    from corpora.locomo import Conversation, Turn
 
     texts = ["ok", "I love my new job and I feel happy", "hm"]
     from datetime import datetime

@@ -1,4 +1,4 @@
-"""Answers kept to the evidence's words: spans, snapping, the constrained phrase choice (actors/answer_spans.py and
+"""Answers kept to the evidence's words: spans, snapping, the constrained phrase choice (inference/answer_spans.py and
 the master's ``episodic.answer_form``)."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from datetime import datetime
 
 import pytest
 
-from actors.answer_spans import candidate_spans, line_body, phrases, snap, spans, token_f1
-from actors.master import Master
 from core.config.episodic import EpisodicConfig
 from core.evidence import Evidence
+from inference.answer_spans import candidate_spans, line_body, phrases, snap, spans, token_f1
+from inference.master import Master
 from tests.doubles import ScriptedEngine
 
 LINES = [

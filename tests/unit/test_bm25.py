@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from actors.bm25 import RankBM25Index, SparseBM25Index, make_tokenizer, tokenize
 from core.config import RouterConfig
+from memory.bm25 import RankBM25Index, SparseBM25Index, make_tokenizer, tokenize
 
 CORPUS = [
     "[8 May, 2023] Caroline: I went to the LGBTQ support group yesterday.",

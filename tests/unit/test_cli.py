@@ -94,7 +94,7 @@ def test_locomo_ingest_posts_every_turn_in_order(fake, capsys) -> None:
     path = _locomo_path()
     if not path.is_file():
         pytest.skip(f"LoCoMo not found at {path}")
-    from cluster.locomo_data import load_locomo
+    from corpora.locomo import load_locomo
 
     conv = next(c for c in load_locomo(path) if c.sample_id == "conv-30")
 

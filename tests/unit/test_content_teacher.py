@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from actors.admission import CONTENT_TYPES, AdmissionModel
 from bench.content_types import compare, load_hand
-from cluster.content_teacher import PACKAGED_LABELS, label_texts, load_labels, pending_turns, teacher_request
-from cluster.train_admission import IGNORE, build_chunkset, label_source, train_step, type_labeller
 from core.config import AdmissionConfig
 from core.generation import GenerationResult
+from inference.admission import CONTENT_TYPES, AdmissionModel
+from training.content_teacher import PACKAGED_LABELS, label_texts, load_labels, pending_turns, teacher_request
+from training.train_admission import IGNORE, build_chunkset, label_source, train_step, type_labeller
 
 
 @dataclass
@@ -87,7 +87,7 @@ def test_training_reads_teacher_labels_and_leaves_unlabelled_turns_out(tmp_path)
     ruled = build_chunkset([conv], vectors, 5)
     assert ruled.ctype.tolist() == [CONTENT_TYPES.index("preference"), CONTENT_TYPES.index("event")]
     assert "content_type_rule" in label_source("rule") and "labels.jsonl" in label_source(str(path))
-    with pytest.raises(FileNotFoundError, match="cluster.content_teacher"):
+    with pytest.raises(FileNotFoundError, match="training.content_teacher"):
         type_labeller(str(tmp_path / "missing.jsonl"))
     assert AdmissionConfig().type_labels == "teacher"
 
@@ -130,5 +130,5 @@ def test_compare_scores_teacher_and_rule_against_hand_labels(tmp_path):
 def test_committed_label_files_are_well_formed():
     hand = load_hand(PACKAGED_LABELS.with_name("content_types_hand.jsonl"))
     assert len(hand) == 100 and len({(r["sample_id"], r["dia_id"]) for r in hand}) == 100
-    if PACKAGED_LABELS.exists():  # NOTE: written by python -m cluster.content_teacher (committed)
+    if PACKAGED_LABELS.exists():  # NOTE: written by python -m training.content_teacher (committed)
         assert set(load_labels(PACKAGED_LABELS).values()) <= set(CONTENT_TYPES)

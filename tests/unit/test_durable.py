@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actors.durable_cores import DurableAssistants, DurableEpisodes, DurableTiers
-from actors.journal import HEADER, Journal
-from actors.tenant_episodes import TenantEpisodes, TurnRecord
 from core.config import load_config
+from cores.durable_cores import DurableAssistants, DurableEpisodes, DurableTiers
+from cores.journal import HEADER, Journal
+from cores.tenant_episodes import TenantEpisodes, TurnRecord
 from tests.doubles import HashingEncoder, ScriptedEngine
 
 DIM = 32
@@ -123,7 +123,7 @@ def test_calls_after_a_user_is_deleted_leave_nothing_of_it_in_the_journal(tmp_pa
 
 
 def test_an_import_is_journaled_like_any_write(tmp_path):
-    from actors.tenant_export import export_lines, parse_import
+    from cores.tenant_export import export_lines, parse_import
 
     config = load_config("cpu", {"episodic": {"segment_tokens": 64}})
     src = Episodes(config, DIM)

@@ -6,12 +6,12 @@ from datetime import datetime, timedelta
 import numpy as np
 import pytest
 
-from actors.assistant import AssistantHost, SegmentQuery, fuse, line_regex, words
-from actors.master import Master, clean_answer, format_date
-from actors.segmenter import segment_turns
 from bench.systems import TENANT, build_system
 from core.config import EngramConfig, EpisodicConfig
 from core.evidence import Evidence, by_score
+from inference.assistant import AssistantHost, SegmentQuery, fuse, line_regex, words
+from inference.master import Master, clean_answer, format_date
+from memory.segmenter import segment_turns
 from tests.doubles import HashingEncoder, ScriptedEngine
 
 
@@ -129,7 +129,7 @@ def test_master_reads_the_kind_of_a_question_sent_without_a_category():
 
 
 def test_master_shows_one_worked_example_of_the_kind_and_takes_its_tokens_off_the_budget():
-    from actors.master import EXAMPLES
+    from inference.master import EXAMPLES
 
     seen = []
     engine = ScriptedEngine(lambda r: seen.append(r) or (r.choice[0] if r.choice else "x"))
@@ -154,7 +154,7 @@ def test_master_shows_one_worked_example_of_the_kind_and_takes_its_tokens_off_th
 
 
 def test_master_dates_by_day_heads_each_days_lines_once_and_fits_what_it_shows():
-    from actors.master import fit_evidence
+    from inference.master import fit_evidence
 
     lines = [("D1:1", "[1:56 pm on 8 May, 2023] Ann: We met yesterday [7 May 2023].", datetime(2023, 5, 8, 13, 56)),
              ("D1:2", "[1:56 pm on 8 May, 2023] Bob: Nice!", datetime(2023, 5, 8, 13, 56)),
@@ -186,7 +186,7 @@ def test_clean_answer_keeps_the_answer_and_drops_what_small_models_wrap_it_in():
 
 
 def test_a_restated_question_is_dropped_from_the_answer():
-    from actors.master import drop_restated
+    from inference.master import drop_restated
 
     question = "What did Melanie realize after the charity race?"
     assert drop_restated("Melanie realized that self-care is important", question) == "self-care is important"

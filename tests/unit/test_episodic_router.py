@@ -8,10 +8,10 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from actors.bm25 import RankBM25Index
-from actors.episodic_router import EpisodicRouter, chunk_text
-from actors.segmenter import Segment
 from core.config import RouterConfig
+from memory.bm25 import RankBM25Index
+from memory.routing import EpisodicRouter, chunk_text
+from memory.segmenter import Segment
 from tests.doubles import HashingEncoder
 
 T0 = datetime(2023, 5, 8, 13, 56)

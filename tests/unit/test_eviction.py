@@ -1,8 +1,8 @@
 import numpy as np
 
-from actors.hnsw_index import ExactIndex
-from actors.tier import MemoryItem, TierShard, eviction_scores
 from core.config import EvictionConfig, TierConfig
+from memory.hnsw_index import ExactIndex
+from memory.tier import MemoryItem, TierShard, eviction_scores
 from tests.doubles import unit_vectors
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from actors.assistant import AssistantHost, SegmentQuery
 from bench.extract_recall import parse_settings, ranked_only
+from inference.assistant import AssistantHost, SegmentQuery
 from tests.doubles import ScriptedEngine
 from tests.unit.test_episodic import segments
 

@@ -5,9 +5,9 @@ from datetime import datetime
 
 import numpy as np
 
-from actors.assistant import fuse
 from bench.fusion_fit import FEATURES, TODAY, Question, candidate_rows, fit, grid, leave_one_out
 from core.evidence import Evidence, by_score, dedupe_evidence
+from inference.assistant import fuse
 
 WHEN = datetime(2023, 5, 8)
 
@@ -74,8 +74,8 @@ def test_collect_keeps_the_read_paths_candidates(tmp_path, monkeypatch):
     from bench import fusion_fit
     from bench.locomo import _Models
     from bench.systems import TENANT, build_system
-    from cluster.locomo_data import load_locomo, select_questions
     from core.config import load_config
+    from corpora.locomo import load_locomo, select_questions
     from tests.doubles import HashingEncoder, ScriptedEngine
 
     topics = ["pizza in Rome", "a blue car", "painting a lake at sunset", "the dog Max", "running a marathon",

@@ -2,10 +2,10 @@
 
 import pytest
 
-from actors.hnsw_index import ExactIndex
-from actors.tiered_memory import TieredMemory
 from bench.modes import mode_config, parse_mode
 from core.config import EvictionConfig, GateConfig, TierConfig, TierMemoryConfig
+from memory.hnsw_index import ExactIndex
+from memory.tiered_memory import TieredMemory
 from tests.doubles import HashingEncoder
 
 OLD = "ENTRY 1: Data-Lake in Region-3 logged Kernel Panic at Subsystem-1. Hex: 0x0001."

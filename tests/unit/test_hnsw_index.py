@@ -1,6 +1,6 @@
 import numpy as np
 
-from actors.hnsw_index import ExactIndex, HnswIndex
+from memory.hnsw_index import ExactIndex, HnswIndex
 from tests.doubles import unit_vectors
 
 
@@ -91,7 +91,7 @@ def test_search_recovers_when_hnswlib_cannot_fill_k():
 
 
 def test_adaptive_index_is_exact_while_small_then_hnsw_with_the_same_answers():
-    from actors.hnsw_index import AdaptiveIndex, ExactIndex
+    from memory.hnsw_index import AdaptiveIndex, ExactIndex
 
     rng = np.random.default_rng(3)
     vectors = rng.standard_normal((60, 8)).astype(np.float32)

@@ -7,9 +7,9 @@ from datetime import datetime
 import numpy as np
 from fastapi.exceptions import RequestValidationError
 
-from actors.admission import ChunkStream
-from actors.tenant_episodes import TurnRecord
-from actors.write_path import admission_chunks, format_date_time
+from cores.tenant_episodes import TurnRecord
+from inference.admission import ChunkStream
+from pipeline.write_path import admission_chunks, format_date_time
 from serve.errors import validation_message
 from tests.doubles import HashingEncoder
 

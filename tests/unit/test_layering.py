@@ -1,4 +1,6 @@
-"""The project's packages import strictly downward: core <- actors <- serve <- cluster <- bench.
+"""The project's packages import strictly downward, floor by floor (the README's Layout draws the plan):
+
+core <- memory <- inference <- cores <- pipeline <- actors <- serve <- corpora <- cluster <- training <- bench
 
 ``core`` (config tree, errors, engine protocol, evidence record, cache dir) imports nothing of the project;
 ``bench`` may import anything and nothing imports it. Every import counts, also one inside a function.
@@ -10,7 +12,8 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-LAYERS = ("core", "actors", "serve", "cluster", "bench")  # lowest first
+LAYERS = ("core", "memory", "inference", "cores", "pipeline", "actors", "serve", "corpora", "cluster", "training",
+          "bench")  # lowest first
 
 
 def imported_packages(path: Path) -> list[tuple[int, str]]:

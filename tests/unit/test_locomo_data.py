@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.locomo_data import (
+from corpora.locomo import (
     TEST_IDS,
     TRAIN_IDS,
     Turn,

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from bench import locomo
-from cluster.locomo_data import load_locomo
 from core.config import load_config
 from core.generation import TokenBill
+from corpora.locomo import load_locomo
 
 # (question, answer, category, evidence); category 5 items carry an adversarial answer instead.
 CONV_A = [
@@ -245,8 +245,8 @@ def test_a_baseline_is_keyed_by_the_config_and_code_it_reads():
         key["full_context"]
     # the sources: rag's module and what it imports, not engram's router or read path
     rag_files = {str(p.relative_to(locomo.REPO_ROOT)) for p in locomo.source_files(build_system.__module__ + ".rag")}
-    assert {"bench/systems/rag.py", "actors/bm25.py", "actors/master.py"} <= rag_files
-    assert not rag_files & {"actors/episodic_router.py", "actors/read_path.py", "bench/systems/engram.py"}
+    assert {"bench/systems/rag.py", "memory/bm25.py", "inference/master.py"} <= rag_files
+    assert not rag_files & {"memory/routing.py", "pipeline/read_path.py", "bench/systems/engram.py"}
 
 
 def test_answers_dir_keeps_the_answers_where_it_says(bench_env):
@@ -297,8 +297,8 @@ def test_source_files_follow_imports_through_the_project():
 
     files = {str(p.relative_to(locomo.REPO_ROOT)) for p in locomo.source_files(build_system)}
     # the read path the service runs, and what it imports in turn (master -> its prompts; shards -> cores)
-    assert {"bench/systems/engram.py", "actors/read_path.py", "actors/master.py", "actors/tenant_assistants.py",
-            "actors/assistant.py", "actors/segmenter.py", "core/evidence.py"} <= files
+    assert {"bench/systems/engram.py", "pipeline/read_path.py", "inference/master.py", "cores/tenant_assistants.py",
+            "inference/assistant.py", "memory/segmenter.py", "core/evidence.py"} <= files
     assert not any(f.startswith("core/config/") for f in files)
     with_models = locomo.code_digest_of(build_system)
     assert with_models != locomo.code_digest_of(build_system, with_models=False)  # the engine's source counts

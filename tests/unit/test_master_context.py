@@ -4,10 +4,10 @@ from datetime import datetime
 
 import pytest
 
-from actors.master import Master, dialogue_order
 from bench.master_context import offered_evidence, parse_cache_paths, parse_contexts, widen, with_rag
-from cluster.locomo_data import Conversation, Turn
 from core.config.episodic import EpisodicConfig
+from corpora.locomo import Conversation, Turn
+from inference.master import Master, dialogue_order
 from tests.doubles import ScriptedEngine
 
 

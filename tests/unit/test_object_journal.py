@@ -1,4 +1,4 @@
-"""The journal in an object store (actors/object_journal.py), over fsspec's ``file://`` store: the same contract
+"""The journal in an object store (cores/object_journal.py), over fsspec's ``file://`` store: the same contract
 as the directory journal — what was acknowledged comes back after a restart, rotations leave one generation,
 a corrupt record is cut off. The integration tests run it against a real S3 API (moto's server)."""
 
@@ -9,11 +9,11 @@ import zlib
 
 import pytest
 
-from actors.durable import open_journal
-from actors.journal import HEADER, Journal
-from actors.object_journal import ObjectJournal, is_url
-from actors.placement_record import StoredPlacementError, check_placement
-from actors.shards import Placement
+from cores.durable import open_journal
+from cores.journal import HEADER, Journal
+from cores.object_journal import ObjectJournal, is_url
+from pipeline.placement_record import StoredPlacementError, check_placement
+from pipeline.shards import Placement
 from tests.unit.test_durable import DIM, ENC, Tiers, add_turns, tier_config, turns
 
 

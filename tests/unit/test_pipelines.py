@@ -13,17 +13,17 @@ from datetime import UTC, datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from actors.admission import Decision
-from actors.master import Master
-from actors.read_path import ReadPath
-from actors.shards import CORES, CoreHandle, LocalShards, methods, tier
-from actors.summariser import Summariser
-from actors.tenant_export import parse_import
-from actors.tenant_ops import TenantOps
-from actors.tenant_tiers import TenantTiers
-from actors.write_path import WritePath, turn_records
 from core.config import ROLES, EngramConfig
 from core.errors import ConflictError, NotFoundError
+from cores.tenant_export import parse_import
+from cores.tenant_tiers import TenantTiers
+from inference.admission import Decision
+from inference.master import Master
+from pipeline.read_path import ReadPath
+from pipeline.shards import CORES, CoreHandle, LocalShards, methods, tier
+from pipeline.summariser import Summariser
+from pipeline.tenant_ops import TenantOps
+from pipeline.write_path import WritePath, turn_records
 from tests.doubles import HashingEncoder, ScriptedEngine
 
 

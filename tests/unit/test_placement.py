@@ -1,4 +1,5 @@
-"""Tenant placement (``actors/shards.py``: ``Placement``, rendezvous hashing) and its simulation (``bench/placement``).
+"""Tenant placement (``pipeline/shards.py``: ``Placement``, rendezvous hashing) and its
+simulation (``bench/placement``).
 
 Rendezvous is checked against what it promises: a shard added takes about 1/(n+1) of the tenants and nothing else
 moves; a shard removed gives away only its own tenants; the load is even. Modulo is checked against the formula of
@@ -10,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from actors.shards import Placement, rendezvous, rendezvous_index, shard_of, shard_seeds, shard_weights, stable_hash
 from bench.placement import max_over_mean, moved, placements, rendezvous_prefixes, simulate, tenant_hashes
 from core.config import ClusterConfig
+from pipeline.shards import Placement, rendezvous, rendezvous_index, shard_of, shard_seeds, shard_weights, stable_hash
 
 TENANTS = 20_000
 

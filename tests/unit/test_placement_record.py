@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from actors.placement_record import RECORD, StoredPlacementError, check_placement, legacy_counts
-from actors.shards import Placement
+from pipeline.placement_record import RECORD, StoredPlacementError, check_placement, legacy_counts
+from pipeline.shards import Placement
 
 COUNTS = {"tier": 2, "router": 1, "assistants": 2}
 

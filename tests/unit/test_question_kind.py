@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from actors.question_kind import INFERENCE, LIST, OTHER, TEMPORAL, predict_kind
 from bench.question_kind import confusion
+from inference.question_kind import INFERENCE, LIST, OTHER, TEMPORAL, predict_kind
 
 
 @pytest.mark.parametrize(("question", "kind"), [
@@ -40,7 +40,7 @@ def test_confusion_counts_per_gold_category_and_scores_1_to_4_only():
 
 
 def test_yes_no_questions_are_told_from_phrase_questions():
-    from actors.question_kind import is_yes_no
+    from inference.question_kind import is_yes_no
 
     assert is_yes_no("Would Caroline pursue writing as a career option?")
     assert is_yes_no(" Is Deborah married?")
@@ -49,7 +49,7 @@ def test_yes_no_questions_are_told_from_phrase_questions():
 
 
 def test_a_question_that_offers_its_answers_is_a_phrase_question():
-    from actors.question_kind import is_choice, is_yes_no
+    from inference.question_kind import is_choice, is_yes_no
 
     for q in ("Does John live close to a beach or the mountains?",
               "Would Tim enjoy reading books by C. S. Lewis or John Greene?"):

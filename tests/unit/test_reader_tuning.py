@@ -11,13 +11,13 @@ import pytest
 import torch
 from torch import nn
 
-from cluster import train_reader
-from cluster.locomo_data import Conversation, Question, Turn
 from cluster.model_fetch import describe
 from core import model_store
 from core.config.models import ADAPTED_MODELS, KNOWN_MODELS
 from core.lora import LoRALinear, adapter_state, attach, layer_index, merge
 from core.model_store import ModelFileError
+from corpora.locomo import Conversation, Question, Turn
+from training import train_reader
 
 
 class _Block(nn.Module):
@@ -129,7 +129,7 @@ def test_merge_adapter_builds_the_merged_folder_once(tmp_path: Path, monkeypatch
     assert {r["name"]: r["state"] for r in describe(tmp_path / "cache")}[name] == "converted"
 
     (adapter / model_store.ADAPTER_FILE).unlink()
-    with pytest.raises(ModelFileError, match="cluster.train_reader"):
+    with pytest.raises(ModelFileError, match="training.train_reader"):
         model_store.resolve_model(name, tmp_path / "cache")
 
 
@@ -173,8 +173,8 @@ def test_examples_hold_out_the_dev_set_and_keep_free_answer_kinds() -> None:
 
 
 def test_an_example_is_the_masters_own_prompt_with_the_answer_as_target() -> None:
-    from actors.master import Master
     from core.config import EpisodicConfig
+    from inference.master import Master
 
     class _Tokenizer:  # one id per character; a chat template as plain text
         def __call__(self, text: str, add_special_tokens: bool = False):
@@ -201,5 +201,5 @@ def test_the_service_refuses_to_start_without_the_readers_adapter(tmp_path: Path
     monkeypatch.setattr(model_store, "adapter_folder", lambda model: tmp_path / "nowhere")
     config = load_config("cpu", {"admission": {"mode": "store_all"}, "auth": {"required": False},
                                  "models": {"master": "smollm2-135m-reader"}})
-    with pytest.raises(ModelFileError, match="python -m cluster.train_reader --out actors/reader_adapters/"):
+    with pytest.raises(ModelFileError, match="python -m training.train_reader --out inference/reader_adapters/"):
         check_ready(config)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from actors.episodic_router import Activation
-from actors.segmenter import Segment
 from bench.route_recall import evidence_recall, routed_lines
-from cluster.locomo_data import Question
+from corpora.locomo import Question
+from memory.routing import Activation
+from memory.segmenter import Segment
 
 T0 = datetime(2023, 5, 8, 13, 56)
 

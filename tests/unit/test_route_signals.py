@@ -2,10 +2,10 @@
 
 import numpy as np
 
-from actors.segmenter import line_speaker, named_speaker
 from bench.route_signals import _top_mean, conversation_signals, fit_logistic, recall_rows
-from cluster.locomo_data import Question
 from core.config import RouterConfig
+from corpora.locomo import Question
+from memory.segmenter import line_speaker, named_speaker
 from tests.doubles import HashingEncoder
 from tests.unit.test_episodic import segments
 

@@ -12,16 +12,16 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from actors import tier as tier_module
-from actors.durable_cores import DurableTiers
-from actors.episodic_router import EpisodicRouter
-from actors.scope import MemoryFilter, Scope, event_time
-from actors.segmenter import Segment
-from actors.tenant_export import parse_import
-from actors.tiered_memory import TieredMemory
-from actors.write_path import turn_records
 from core.config import RouterConfig, TierMemoryConfig
 from core.errors import NotFoundError
+from cores.durable_cores import DurableTiers
+from cores.tenant_export import parse_import
+from memory import tier as tier_module
+from memory.routing import EpisodicRouter
+from memory.scope import MemoryFilter, Scope, event_time
+from memory.segmenter import Segment
+from memory.tiered_memory import TieredMemory
+from pipeline.write_path import turn_records
 from tests.doubles import HashingEncoder, unit_vectors
 from tests.unit.test_pipelines import Service, TurnIn
 

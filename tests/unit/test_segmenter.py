@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from actors.segmenter import Segmenter, estimate_tokens, render_turn, segment_turns
+from memory.segmenter import Segmenter, estimate_tokens, render_turn, segment_turns
 
 T0 = datetime(2023, 5, 8, 13, 56)
 

@@ -8,7 +8,7 @@ import pytest
 
 from bench.locomo import score_row
 from bench.service_agreement import HARNESS_TENANT, agreement, main, service_row
-from cluster.locomo_data import Question
+from corpora.locomo import Question
 from serve.schemas import AskResponse
 
 T0 = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)

@@ -13,13 +13,13 @@ from datetime import datetime, timedelta
 import numpy as np
 import pytest
 
-from actors.assistant import AssistantHost
-from actors.segmenter import Segment, Segmenter, segment_turns
-from actors.tenant_assistants import TenantAssistants
-from actors.tenant_episodes import KnownVectors, TenantEpisodes, TurnRecord
-from actors.tenant_tiers import TenantTiers, VectorsOnly
 from core.config import EvictionConfig, TierConfig, TierMemoryConfig, load_config
 from core.generation import TokenBill
+from cores.tenant_assistants import TenantAssistants
+from cores.tenant_episodes import KnownVectors, TenantEpisodes, TurnRecord
+from cores.tenant_tiers import TenantTiers, VectorsOnly
+from inference.assistant import AssistantHost
+from memory.segmenter import Segment, Segmenter, segment_turns
 from tests.doubles import HashingEncoder, ScriptedEngine
 
 DIM = 64

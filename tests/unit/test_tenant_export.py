@@ -1,4 +1,4 @@
-"""Export / import of one tenant (``actors/tenant_export.py``) on the plain cores, as the ingress joins them.
+"""Export / import of one tenant (``cores/tenant_export.py``) on the plain cores, as the ingress joins them.
 
 The round trip is checked three ways: the lines of a second export equal the first (header's user id
 aside), searches and routes of the imported tenant equal the original's (same hits, same scores), and
@@ -13,11 +13,11 @@ import random
 import numpy as np
 import pytest
 
-from actors.tenant_assistants import TenantAssistants
-from actors.tenant_episodes import TenantEpisodes
-from actors.tenant_export import InvalidExport, export_lines, parse_import
-from actors.tenant_tiers import TenantTiers
 from core.config import EvictionConfig, TierConfig, TierMemoryConfig
+from cores.tenant_assistants import TenantAssistants
+from cores.tenant_episodes import TenantEpisodes
+from cores.tenant_export import InvalidExport, export_lines, parse_import
+from cores.tenant_tiers import TenantTiers
 from tests.doubles import ScriptedEngine
 from tests.unit.test_tenant_cores import DIM, ENC, ep_config, random_stream, vecs
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
-from actors.tenant_assistants import TenantAssistants
-from actors.tenant_episodes import TenantEpisodes, TurnRecord
-from actors.tenant_tiers import TenantTiers
 from core.config import load_config
+from cores.tenant_assistants import TenantAssistants
+from cores.tenant_episodes import TenantEpisodes, TurnRecord
+from cores.tenant_tiers import TenantTiers
 from tests.doubles import HashingEncoder, ScriptedEngine
 
 DIM = 32

@@ -2,11 +2,11 @@
 
 import pytest
 
-from actors.hnsw_index import ExactIndex
-from actors.tiered_memory import TieredMemory
 from bench.modes import mode_config
 from bench.synthetic import SCENARIOS, generate_facts
 from core.config import TierConfig, TierMemoryConfig
+from memory.hnsw_index import ExactIndex
+from memory.tiered_memory import TieredMemory
 from tests.doubles import unit_vectors
 
 # seed -> (LRU essential lost, active facts left in L1, historical facts still stored)

@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 
-from actors.time_expressions import anchor_of, ground, resolve
+from memory.time_expressions import anchor_of, ground, resolve
 
 MONDAY = date(2023, 5, 8)  # a Monday
 

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from actors.durable_cores import DurableTiers
-from actors.tenant_tiers import TenantTiers
-from actors.write_links import Known, content_words, details, fact_slots, judge
 from core.config import TierMemoryConfig
+from cores.durable_cores import DurableTiers
+from cores.tenant_tiers import TenantTiers
+from memory.write_links import Known, content_words, details, fact_slots, judge
 
 DIM = 8
 

@@ -36,7 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from actors.segmenter import render_turn
+from memory.segmenter import render_turn
 
 __all__ = [
     "Conversation",
@@ -225,7 +225,7 @@ def split(conversations: Sequence[Conversation], name: Split) -> list[Conversati
 
 # The dev set: the train split's conversations, the first DEV_PER_CATEGORY questions of each category of each
 # (``bench.locomo --split dev``; ~170 questions). Read-path changes are tuned there, and the tuned reader
-# (``cluster.train_reader``) never trains on them; the test split is for the final tables.
+# (``training.train_reader``) never trains on them; the test split is for the final tables.
 DEV_PER_CATEGORY = 5
 
 

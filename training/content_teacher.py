@@ -1,9 +1,9 @@
 """Content-type labels from a teacher model restricted to a choice::
 
-    python -m cluster.content_teacher [--model qwen2.5-coder-1.5b] [--backend vllm|transformers]
+    python -m training.content_teacher [--model qwen2.5-coder-1.5b] [--backend vllm|transformers]
         [--split train|test|all] [--turns evidence|all] [--out FILE] [--limit N]
 
-The admission classifier's content-type head (``actors.admission.CONTENT_TYPES``) was trained on a keyword
+The admission classifier's content-type head (``inference.admission.CONTENT_TYPES``) was trained on a keyword
 rule's labels. This labels turns with an instruct model instead: one prompt per turn (the six types defined,
 then the turn and the question), answered by the engine's ``choice`` constraint over the six type names, so
 every answer is a valid type and nothing is parsed. The prompt was chosen on 32 cited turns of conv-26 (train
@@ -29,8 +29,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from actors.admission import CONTENT_TYPES
 from core.generation import ChatMessage, GenerationEngine, GenerationRequest
+from inference.admission import CONTENT_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +97,9 @@ def pending_turns(conversations: Iterable[Any], turns: str, done: set[tuple[str,
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from actors.segmenter import render_turn
-    from cluster.locomo_data import load_locomo, split
     from core.config import load_config
+    from corpora.locomo import load_locomo, split
+    from memory.segmenter import render_turn
     from serve.engine import build_engine
 
     cfg = load_config(args.profile)
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cluster.content_teacher", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m training.content_teacher", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
     parser.add_argument("--model", default=TEACHER_MODEL, help=f"registry name, hub name or folder ({TEACHER_MODEL})")
     parser.add_argument("--backend", choices=("vllm", "transformers"), default="vllm")

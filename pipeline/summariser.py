@@ -21,11 +21,11 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from actors.segmenter import Segment
-from actors.shards import Shards, assistants, router
-from actors.write_path import Embed
 from core.config import ClusterConfig
 from core.generation import TokenBill
+from memory.segmenter import Segment
+from pipeline.shards import Shards, assistants, router
+from pipeline.write_path import Embed
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from actors.entities import EntityExtractor, EntityVocab
-from actors.hnsw_index import AdaptiveIndex
-from actors.rerank import Reranker
-from actors.tier import IndexFactory, ItemId, MemoryItem, TierShard
 from core.config import TierMemoryConfig
+from memory.entities import EntityExtractor, EntityVocab
+from memory.hnsw_index import AdaptiveIndex
+from memory.rerank import Reranker
+from memory.tier import IndexFactory, ItemId, MemoryItem, TierShard
 
 
 class Encoder(Protocol):
@@ -200,7 +200,7 @@ class TieredMemory:
     def retrieve(self, query: str, k: int | None = None, *, vector: np.ndarray | None = None,
                  where: Callable[[dict[str, Any] | None], bool] | None = None) -> list[Hit]:
         """The k best memories for ``query`` (embedded here unless ``vector`` is given); with ``where`` (a test
-        of an item's metadata, e.g. ``actors.scope.MemoryFilter.matches``) among the items it accepts only —
+        of an item's metadata, e.g. ``memory.scope.MemoryFilter.matches``) among the items it accepts only —
         the gate then judges L1 by its accepted items."""
         cfg = self.config
         k = k or cfg.k

@@ -20,11 +20,11 @@ from datetime import date, datetime
 
 import numpy as np
 
-from actors.episodic_router import Activation, EpisodicRouter
-from actors.scope import Scope
-from actors.segmenter import Segment, Segmenter, estimate_tokens, render_turn
-from actors.tenant_export import SegmentState, StreamState, TurnVector
 from core.config import EngramConfig
+from cores.tenant_export import SegmentState, StreamState, TurnVector
+from memory.routing import Activation, EpisodicRouter
+from memory.scope import Scope
+from memory.segmenter import Segment, Segmenter, estimate_tokens, render_turn
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class TurnRecord:
     date_time: str
     timestamp: datetime
     anchor: date | None = None  # the local date relative dates are grounded on (None: not grounded)
-    agent_id: str | None = None  # the scopes the turn was written in (actors/scope.py)
+    agent_id: str | None = None  # the scopes the turn was written in (memory/scope.py)
     run_id: str | None = None
 
     @property
@@ -109,7 +109,7 @@ def _routed_lines(meta: tuple[datetime, datetime, list[str]],
 class TenantEpisodes:
     """``{tenant: stream}``: append turns, route questions, attach summaries, forget turns or tenants."""
 
-    durable_state = "_streams"  # the tenant data a snapshot holds (actors/durable.py)
+    durable_state = "_streams"  # the tenant data a snapshot holds (cores/durable.py)
 
     def __init__(self, config: EngramConfig, dim: int, count_tokens: Callable[[str], int] | None = None) -> None:
         if config.router.chunking != "turn":
@@ -249,7 +249,7 @@ class TenantEpisodes:
         return True
 
     def export_tenant(self, tenant: str) -> StreamState | None:
-        """The tenant's stream with the vectors behind every index (``actors/tenant_export.py``); None if none.
+        """The tenant's stream with the vectors behind every index (``cores/tenant_export.py``); None if none.
         Closed segments are the router's copies: the export takes their lines from the assistants."""
         s = self._stream(tenant)
         if s is None:

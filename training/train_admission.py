@@ -1,13 +1,13 @@
 """Train the admission classifier (MemRouter) on LoCoMo's train split::
 
-    python -m cluster.train_admission [--exit-layer K] [--out DIR] [--epochs N] [--max-minutes M] [--limit N]
+    python -m training.train_admission [--exit-layer K] [--out DIR] [--epochs N] [--max-minutes M] [--limit N]
 
 Labels (docs/admission.md):
 - operation: a train turn whose ``dia_id`` is in some question's ``evidence`` -> ADD, else NOOP
   (LoCoMo evidence annotations; ~24% ADD over all 10 conversations);
 - content type (ADD turns only): ``admission.type_labels`` — by default the teacher's labels committed in
-  ``bench/labels/content_types_teacher.jsonl`` (``python -m cluster.content_teacher``: Qwen2.5-Coder-1.5B
-  restricted to the six types), or ``rule``: :func:`actors.admission.content_type_rule`, a keyword rule.
+  ``bench/labels/content_types_teacher.jsonl`` (``python -m training.content_teacher``: Qwen2.5-Coder-1.5B
+  restricted to the six types), or ``rule``: :func:`inference.admission.content_type_rule`, a keyword rule.
 
 Conversations 1–7 are the train split; ``admission.holdout_conversation`` (default conv-47) is held out for
 early stopping and for the decision threshold (the one with the best held-out F1). The test split is never
@@ -15,7 +15,7 @@ read here. Every turn is embedded once (cached under ``<cache_dir>/embeddings``)
 that matrix, so an epoch costs only projector + frozen backbone passes. Only projector and heads train.
 Output: ``<cache_dir>/admission/admission.pt`` (projector + heads) and ``admission.json`` (settings,
 threshold, held-out metrics, the commit and data hash trained from); ``--out DIR`` writes elsewhere (the
-service reads ``admission.weights``: 'packaged' = the committed ``actors/admission_heads/``, or a folder).
+service reads ``admission.weights``: 'packaged' = the committed ``inference/admission_heads/``, or a folder).
 ``--exit-layer K`` trains heads on the hidden state after K backbone layers (the rest never run).
 """
 
@@ -37,7 +37,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from actors.admission import (
+from cluster.embedding_cache import embed_cached
+from core.config import AdmissionConfig, EngramConfig, load_config
+from inference.admission import (
     CONTENT_TYPES,
     OPS,
     SETTINGS_FILE,
@@ -49,9 +51,7 @@ from actors.admission import (
     pad_chunks,
     weights_dir,
 )
-from cluster.content_teacher import PACKAGED_LABELS, load_labels
-from cluster.embedding_cache import embed_cached
-from core.config import AdmissionConfig, EngramConfig, load_config
+from training.content_teacher import PACKAGED_LABELS, load_labels
 
 log = logging.getLogger(__name__)
 IGNORE = -100  # a turn without a content-type label (cross-entropy's ignore_index)
@@ -59,8 +59,8 @@ IGNORE = -100  # a turn without a content-type label (cross-entropy's ignore_ind
 
 def label_source(type_labels: str) -> str:
     """The label provenance written into the trained settings."""
-    types = ("actors.admission.content_type_rule" if type_labels == "rule"
-             else f"teacher labels {teacher_labels_path(type_labels).name} (cluster.content_teacher)")
+    types = ("inference.admission.content_type_rule" if type_labels == "rule"
+             else f"teacher labels {teacher_labels_path(type_labels).name} (training.content_teacher)")
     return f"op: dia_id in some question's evidence -> ADD (LoCoMo); content type: {types}"
 
 
@@ -75,7 +75,7 @@ def type_labeller(type_labels: str) -> Callable[[str, Any], int]:
     path = teacher_labels_path(type_labels)
     if not path.exists():
         raise FileNotFoundError(f"admission.type_labels={type_labels!r}: no label file at {path} "
-                                "(write it with python -m cluster.content_teacher, or use 'rule')")
+                                "(write it with python -m training.content_teacher, or use 'rule')")
     labels = load_labels(path)
     return lambda sample_id, turn: (CONTENT_TYPES.index(labels[(sample_id, turn.dia_id)])
                                     if (sample_id, turn.dia_id) in labels else IGNORE)
@@ -268,8 +268,8 @@ def run(cfg: EngramConfig, *, limit: int | None = None, progress: bool = True,
         out_dir: Path | None = None) -> dict[str, Any]:
     """Embed the train split, train, save to ``out_dir`` (default ``<cache_dir>/admission``); returns the
     saved settings."""
-    from actors.segmenter import render_turn
-    from cluster.locomo_data import load_locomo, split
+    from corpora.locomo import load_locomo, split
+    from memory.segmenter import render_turn
     from serve.embedder import Embedder
 
     acfg = cfg.admission
@@ -323,7 +323,7 @@ def run(cfg: EngramConfig, *, limit: int | None = None, progress: bool = True,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cluster.train_admission", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m training.train_admission", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
     parser.add_argument("--epochs", type=int, default=None, help="override admission.epochs")
     parser.add_argument("--max-minutes", type=float, default=None, help="override admission.max_train_minutes")

@@ -1,6 +1,6 @@
 """The placement a storage directory was written under, kept beside its journals: ``<storage>/placement.json``.
 
-A tenant's state lives in the journals of the actors its placement names (``actors.shards.Placement``). A
+A tenant's state lives in the journals of the actors its placement names (``pipeline.shards.Placement``). A
 service started on the same directory with another ``cluster.tenant_hash`` or other shard counts would look
 for each tenant on other actors and find it empty: its memories would seem lost although every byte is on
 disk. So the first start records ``{"tenant_hash", "counts"}`` and every later start must match it, or is
@@ -18,9 +18,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from actors.object_journal import filesystem, is_url
-from actors.shards import SHARD_FIELDS, Placement
 from core.files import replaced_atomically
+from cores.object_journal import filesystem, is_url
+from pipeline.shards import SHARD_FIELDS, Placement
 
 RECORD = "placement.json"
 LEGACY_SCHEME = "modulo"  # NOTE: how versions before the record placed tenants (tenant_hash did not exist)

@@ -1,6 +1,6 @@
 """The kind of a question, from its words alone: what ``/v1/ask`` knows when no category is sent.
 
-The master answers each kind in its own way (``actors/master.py``: a date for a temporal question, "Likely
+The master answers each kind in its own way (``inference/master.py``: a date for a temporal question, "Likely
 yes/no" for an inference, a list for a question that asks for several things, a short phrase otherwise). LoCoMo
 labels its questions with these kinds (categories 2, 3, 1, 4); a user of the service labels nothing, so the kind
 is predicted here by rules read off the train split's questions (``python -m bench.question_kind`` measures

@@ -37,9 +37,9 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from actors.segmenter import Segment, line_speaker, named_speaker
 from core.evidence import Evidence
 from core.generation import GenerationEngine, GenerationRequest, TokenBill
+from memory.segmenter import Segment, line_speaker, named_speaker
 
 NONE = "none"
 EXTRACT_SYSTEM = "You find the lines of a conversation log that answer a question. You only reply with line numbers."

@@ -1,10 +1,10 @@
-"""The three stateful cores with their journaling declared (``actors/durable.py``), without Ray:
+"""The three stateful cores with their journaling declared (``cores/durable.py``), without Ray:
 ``actors/remote.py`` wraps these classes as actors, and the unit tests run exactly these classes."""
 
-from actors.durable import durable
-from actors.tenant_assistants import TenantAssistants
-from actors.tenant_episodes import TenantEpisodes
-from actors.tenant_tiers import TenantTiers
+from cores.durable import durable
+from cores.tenant_assistants import TenantAssistants
+from cores.tenant_episodes import TenantEpisodes
+from cores.tenant_tiers import TenantTiers
 
 DROP = ("drop_tenant",)  # deleting a user compacts the journal at once
 

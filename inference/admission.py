@@ -12,7 +12,7 @@ conversation, so a new turn costs one embedding; the same vectors can later inde
 No tokenisation of the chunk and no generation. Chunks shorter than ``max_turns`` are left-padded with an
 attention mask and per-row position ids, so a chunk gets the same decision alone and in a batch.
 Only the projector and the two heads train; the backbone is frozen (``requires_grad=False``, eval mode).
-The committed heads (``actors/admission_heads/``, ``admission.weights: packaged``) exit after 4 of
+The committed heads (``inference/admission_heads/``, ``admission.weights: packaged``) exit after 4 of
 SmolLM2-135M's 30 layers (docs/admission.md: the accuracy / latency curve that chose it).
 
 Content types (:data:`CONTENT_TYPES`) are not published by MemRouter; this project uses six, labelled on the
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from actors.segmenter import TurnLike, render_turn
+from memory.segmenter import TurnLike, render_turn
 
 if TYPE_CHECKING:
     from core.config import EngramConfig
@@ -47,7 +47,7 @@ WEIGHTS_DIR = "admission"  # under the config's paths.cache_dir
 WEIGHTS_FILE = "admission.pt"
 SETTINGS_FILE = "admission.json"
 PACKAGED_WEIGHTS = "admission_heads"  # folder next to this module: the committed heads (admission.weights: packaged)
-TRAIN_COMMAND = "python -m cluster.train_admission"
+TRAIN_COMMAND = "python -m training.train_admission"
 DEFAULT_THRESHOLD = 0.5  # p_add cut when neither the config nor the trained settings give one
 
 # Keyword rule for the content-type label, checked in this order; the first match wins, else "other".
@@ -169,7 +169,7 @@ class Projector(nn.Module):
 
 
 def weights_dir(cache_dir: str | Path) -> Path:
-    """Where ``python -m cluster.train_admission`` writes the weights and the classifier reads them."""
+    """Where ``python -m training.train_admission`` writes the weights and the classifier reads them."""
     return Path(cache_dir) / WEIGHTS_DIR
 
 
@@ -283,7 +283,7 @@ def quantize_int8(module: nn.Module) -> nn.Module:
 
 
 def packaged_weights() -> Path:
-    """The admission heads committed with the code (trained by ``python -m cluster.train_admission``; their
+    """The admission heads committed with the code (trained by ``python -m training.train_admission``; their
     settings name the commit and the data hash they were trained from)."""
     return Path(__file__).with_name(PACKAGED_WEIGHTS)
 
@@ -315,7 +315,7 @@ class AdmissionClassifier:
         threshold: float | None = None,
         cache_dir: str | Path | None = None,
     ) -> AdmissionClassifier:
-        """Read ``<path>/admission.pt`` + ``admission.json`` (written by ``python -m cluster.train_admission``).
+        """Read ``<path>/admission.pt`` + ``admission.json`` (written by ``python -m training.train_admission``).
 
         ``backbone_loader(name)`` builds the backbone the settings name (default: :func:`load_backbone` in
         ``dtype``, converted models under ``cache_dir``; ``int8`` loads float32 and quantizes the layers the

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import NamedTuple, Protocol
 
-from actors.time_expressions import ground
+from memory.time_expressions import ground
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -62,7 +62,7 @@ class _Item(NamedTuple):
 
 
 class TurnLike(Protocol):
-    """What the segmenter reads from a turn (``cluster.locomo_data.Turn`` fits)."""
+    """What the segmenter reads from a turn (``corpora.locomo.Turn`` fits)."""
 
     @property
     def turn_id(self) -> str: ...
@@ -78,7 +78,7 @@ class TurnLike(Protocol):
 
 def render_turn(turn: TurnLike, anchor: date | None = None) -> str:
     """``[{date_time}] {speaker}: {text}``, e.g. ``[1:56 pm on 8 May, 2023] Caroline: Hi!``; a turn with an
-    ``anchor`` (its local date; ``actors.tenant_episodes.TurnRecord`` when ``episodic.ground_dates``, or the
+    ``anchor`` (its local date; ``cores.tenant_episodes.TurnRecord`` when ``episodic.ground_dates``, or the
     argument) has its relative dates grounded: ``... yesterday [7 May 2023] ...``."""
     anchor = anchor or getattr(turn, "anchor", None)
     text = ground(turn.text, anchor) if anchor is not None else turn.text

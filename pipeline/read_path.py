@@ -8,9 +8,9 @@
    hands back a copy of the open (still filling) segment;
 2. **extract**: the assistant cores that hold the activated segments re-read them for the question, all in
    parallel (one call per core, its segments in one engine batch); the open segment is read too. Their
-   candidate lines are fused here, all together (``actors.assistant.fuse``), with the router's idf: which core
+   candidate lines are fused here, all together (``inference.assistant.fuse``), with the router's idf: which core
    holds which segment (the user id, the number of cores) never changes an answer;
-3. **master**: the assistants' evidence, in routing order, goes to the master (``actors.master.Master``), which
+3. **master**: the assistants' evidence, in routing order, goes to the master (``inference.master.Master``), which
    merges it (best first, each turn once, at most ``episodic.master_evidence`` lines), cuts it to its window,
    orders it by time and answers.
 
@@ -27,15 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from actors.assistant import SegmentQuery, fuse
-from actors.master import MasterAnswer
-from actors.scope import MemoryFilter, Scope
-from actors.shards import Shards, assistants, router, tier
-from actors.tenant_episodes import RouteResult
-from actors.tiered_memory import Hit
 from core.evidence import Evidence
 from core.generation import TokenBill
 from core.tracing import annotate, span, text
+from cores.tenant_episodes import RouteResult
+from inference.assistant import SegmentQuery, fuse
+from inference.master import MasterAnswer
+from memory.scope import MemoryFilter, Scope
+from memory.tiered_memory import Hit
+from pipeline.shards import Shards, assistants, router, tier
 
 # (question, evidence in routing order, category or None, adversarial answer or None) -> the master's answer
 AnswerStep = Callable[[str, Sequence[Evidence], int | None, str | None], Awaitable[MasterAnswer]]

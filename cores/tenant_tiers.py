@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from actors.scope import MemoryFilter
-from actors.tenant_export import memory_item, memory_record
-from actors.tier import MemoryItem
-from actors.tiered_memory import Hit, TieredMemory
-from actors.write_links import Known, WriteLink, fact_slots, judge, latest_holders
 from core.config import TierMemoryConfig
+from cores.tenant_export import memory_item, memory_record
+from memory.scope import MemoryFilter
+from memory.tier import MemoryItem
+from memory.tiered_memory import Hit, TieredMemory
+from memory.write_links import Known, WriteLink, fact_slots, judge, latest_holders
 
 
 def known(item_id: Any, text: str, metadata: dict[str, Any] | None, similarity: float) -> Known:
@@ -62,7 +62,7 @@ class AddReport:
 class TenantTiers:
     """``{tenant: TieredMemory}`` with tenant-scoped add / search / get / list / delete."""
 
-    durable_state = "_memories"  # the tenant data a snapshot holds (actors/durable.py)
+    durable_state = "_memories"  # the tenant data a snapshot holds (cores/durable.py)
 
     def __init__(self, config: TierMemoryConfig, dim: int) -> None:
         self.config = config
@@ -93,7 +93,7 @@ class TenantTiers:
     ) -> AddReport:
         """Store admitted items (``at``: when they were written, Unix seconds; default now — the service passes
         it, so that a journal replay gives them the same ``created_at``). With ``dedup.enabled``
-        (actors/write_links.py) an item that duplicates one of its speaker's memories (``metadata['speaker']``) is
+        (memory/write_links.py) an item that duplicates one of its speaker's memories (``metadata['speaker']``) is
         not stored; one that changes a fact slot is stored with ``supersedes`` in its metadata and the older
         memory gets ``superseded_by``. ``links`` says which, per offered item (None: stored as new)."""
         if not ids:
@@ -223,7 +223,7 @@ class TenantTiers:
         return 0 if mem is None else mem.delete(list(ids))
 
     def export_tenant(self, tenant: str) -> list[dict[str, Any]]:
-        """The tenant's memories as export records (``actors/tenant_export.py``), tier by tier, oldest first."""
+        """The tenant's memories as export records (``cores/tenant_export.py``), tier by tier, oldest first."""
         mem = self._memory(tenant)
         return [] if mem is None else [memory_record(t.name, it) for t in mem.tiers for it in t.items()]
 

@@ -1,6 +1,6 @@
 """Write-ahead log and snapshots in an object store (``s3://``, ``gs://``, ``file://`` ...: any fsspec URL).
 
-The same contract as :class:`actors.journal.Journal` (a directory on a disk), laid out for a store that has
+The same contract as :class:`cores.journal.Journal` (a directory on a disk), laid out for a store that has
 no append and no rename, only whole-object writes::
 
     <prefix>/gen-000003               marker: generation 3 is complete (its snapshot, if any, is written)
@@ -30,7 +30,7 @@ from typing import Any
 
 import fsspec
 
-from actors.journal import HEADER
+from cores.journal import HEADER
 
 _MARK = re.compile(r"^gen-(\d{6})$")
 

@@ -5,7 +5,7 @@ whose constructor takes ``journal_dir=`` (None: memory only, as before). Each li
 its call ``(name, args, kwargs)`` is appended to the write-ahead log (flushed + fsynced) before it
 returns — so a caller that got an answer has the write on disk. ``journal_dir`` may also be an fsspec URL
 (``s3://bucket/prefix``, with ``storage_options`` for the store): then each record is an object, acknowledged
-when the store has it (``actors/object_journal.py``). Every ``snapshot_every`` records the
+when the store has it (``cores/object_journal.py``). Every ``snapshot_every`` records the
 core's tenant data (its ``durable_state`` attribute) becomes the next snapshot and the log starts over.
 A *compacting* mutation (deleting a user) snapshots at once, so the removed data leaves the log too.
 A mutation named in ``unchanged_when_falsy`` that returns a falsy value (0 lines forgotten, a summary for
@@ -24,14 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from actors.journal import Journal
-from actors.object_journal import ObjectJournal, is_url
+from cores.journal import Journal
+from cores.object_journal import ObjectJournal, is_url
 
 T = TypeVar("T")
 
 
 def open_journal(location: str | Path, storage_options: dict[str, Any] | None = None) -> Journal | ObjectJournal:
-    """A journal in a local directory, or under an fsspec URL (``s3://bucket/prefix``: ``actors/object_journal.py``)."""
+    """A journal in a local directory, or under an fsspec URL (``s3://bucket/prefix``: ``cores/object_journal.py``)."""
     return ObjectJournal(str(location), storage_options) if is_url(location) else Journal(location)
 
 

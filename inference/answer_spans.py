@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from actors.bm25 import QUESTION_WORDS, STOP_WORDS, porter
+from memory.bm25 import QUESTION_WORDS, STOP_WORDS, porter
 
 _HEADER = re.compile(r"^\[[^\]]*\]\s*[^:\n]{1,60}:\s*")  # "[1:56 pm on 8 May, 2023] Caroline: "
 _BRACKETS = re.compile(r"\s*\[[^\]]*\]")  # grounded values "[7 May 2023]"

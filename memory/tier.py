@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from actors.hnsw_index import AdaptiveIndex, VectorIndex
 from core.config import EvictionConfig, TierConfig
+from memory.hnsw_index import AdaptiveIndex, VectorIndex
 
 logger = logging.getLogger(__name__)
 

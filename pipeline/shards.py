@@ -1,6 +1,6 @@
 """Where a tenant's state lives, and typed calls to it: the seam between the pipelines and the actors.
 
-The write and read pipelines (``actors/write_path.py``, ``actors/read_path.py``) never hold an actor or name a
+The write and read pipelines (``pipeline/write_path.py``, ``pipeline/read_path.py``) never hold an actor or name a
 method by a string. They ask a :class:`Shards` for a :class:`CoreHandle` of the core that holds a tenant
 (``shards.tier(tenant)``, ``shards.router(tenant)``, ``shards.assistants(i)``) and call the core's methods on it:
 ``await shards.tier(tenant).add(...)``. A handle checks each name against the core's class when it is looked
@@ -28,13 +28,13 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, get_args
 
 import numpy as np
 
-from actors.bm25 import line_terms
-from actors.segmenter import estimate_tokens
-from actors.tenant_assistants import TenantAssistants
-from actors.tenant_episodes import TenantEpisodes
-from actors.tenant_tiers import TenantTiers
 from core.config import EngramConfig, Role, TenantHash
 from core.generation import GenerationEngine
+from cores.tenant_assistants import TenantAssistants
+from cores.tenant_episodes import TenantEpisodes
+from cores.tenant_tiers import TenantTiers
+from memory.bm25 import line_terms
+from memory.segmenter import estimate_tokens
 
 T = TypeVar("T")
 Kind = Literal["tier", "router", "assistants"]

@@ -1,13 +1,13 @@
 """Tune the master's reader on LoCoMo's train split: a LoRA adapter on SmolLM2-135M that answers in LoCoMo's short
 form from the master's own prompt::
 
-    python -m cluster.train_reader [--epochs N] [--max-minutes M] [--limit N] [--out DIR]
+    python -m training.train_reader [--epochs N] [--max-minutes M] [--limit N] [--out DIR]
 
 Examples: every question of the train conversations (1–7) **except the dev set's** (``bench.locomo --split dev``:
 the first 5 of each category of each conversation, kept out so the dev loop measures the tuned reader on questions
-it never saw), whose kind read from its words (``actors.question_kind.predict_kind``, what ``/v1/ask`` does without a
+it never saw), whose kind read from its words (``inference.question_kind.predict_kind``, what ``/v1/ask`` does without a
 category) gets a free answer — not the temporal kind (the master answers those with a chosen line's date) and not
-category 5 (no answer to learn). The prompt is the master's request (``actors.master.Master.request``: system
+category 5 (no answer to learn). The prompt is the master's request (``inference.master.Master.request``: system
 text, the worked example, the evidence lines oldest first with grounded dates, the question, the kind's
 instruction), so the reader is tuned on exactly what it reads in the service. Its evidence: the question's gold
 turns (at most ``--lines``) and, to fill ``--lines``, the conversation's other turns BM25 ranks highest for the
@@ -17,7 +17,7 @@ question (what routing and extraction put beside them). The target: LoCoMo's ans
 Output (``--out``, default ``<cache_dir>/reader``): ``adapter.safetensors`` (the A/B matrices) and
 ``adapter.json`` (base model, rank, layers, examples, losses, the commit and data hash it was trained from),
 written last. ``models.master: smollm2-135m-reader`` loads the adapter committed in
-``actors/reader_adapters/smollm2-135m-locomo`` merged into the base weights (``core.model_store.merge_adapter``).
+``inference/reader_adapters/smollm2-135m-locomo`` merged into the base weights (``core.model_store.merge_adapter``).
 """
 
 from __future__ import annotations
@@ -37,16 +37,16 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from actors.bm25 import bm25_index
-from actors.master import Master, dialogue_order
-from actors.question_kind import predict_kind
-from actors.segmenter import render_turn
-from actors.time_expressions import anchor_of
-from cluster.locomo_data import DEV_PER_CATEGORY, Conversation, Question, Turn, select_questions
 from core.config import EngramConfig, EpisodicConfig, RouterConfig, load_config
 from core.evidence import Evidence
 from core.lora import adapter_state, attach
 from core.model_store import ADAPTER_FILE, ADAPTER_SETTINGS, resolve_model
+from corpora.locomo import DEV_PER_CATEGORY, Conversation, Question, Turn, select_questions
+from inference.master import Master, dialogue_order
+from inference.question_kind import predict_kind
+from memory.bm25 import bm25_index
+from memory.segmenter import render_turn
+from memory.time_expressions import anchor_of
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def reader_examples(conversations: Sequence[Conversation], skip: set[tuple[str, 
 
 
 class _Frame:
-    """What :class:`actors.master.Master` reads from an engine to build prompts: the window and the tokenizer."""
+    """What :class:`inference.master.Master` reads from an engine to build prompts: the window and the tokenizer."""
 
     def __init__(self, tokenizer: Any, max_model_len: int) -> None:
         self.tokenizer, self.max_model_len = tokenizer, max_model_len
@@ -179,8 +179,8 @@ def run(cfg: EngramConfig, *, base: str, rank: int, alpha: float, layers: int, e
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from cluster.locomo_data import load_locomo, split
-    from cluster.train_admission import provenance
+    from corpora.locomo import load_locomo, split
+    from training.train_admission import provenance
 
     convs = split(load_locomo(cfg.data.locomo_path), "train")
     dev = dev_skip(convs)
@@ -227,7 +227,7 @@ def run(cfg: EngramConfig, *, base: str, rank: int, alpha: float, layers: int, e
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cluster.train_reader", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m training.train_reader", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
     parser.add_argument("--base", default="smollm2-135m", help="registry name of the model to adapt")
     parser.add_argument("--rank", type=int, default=8)

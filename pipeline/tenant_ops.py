@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from actors.scope import MemoryFilter, Scope
-from actors.segmenter import Segment
-from actors.shards import KINDS, Shards, assistants, router, tier
-from actors.tenant_export import ImportPlan, export_lines
-from actors.tenant_tiers import StoredMemory
 from core.errors import ConflictError, NotFoundError
+from cores.tenant_export import ImportPlan, export_lines
+from cores.tenant_tiers import StoredMemory
+from memory.scope import MemoryFilter, Scope
+from memory.segmenter import Segment
+from pipeline.shards import KINDS, Shards, assistants, router, tier
 
 
 def _missing(tenant: str, memory_id: str) -> NotFoundError:

@@ -28,8 +28,8 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from actors.segmenter import Segment
-from actors.tier import MemoryItem
+from memory.segmenter import Segment
+from memory.tier import MemoryItem
 
 FORMAT = "engram-export"
 VERSION = 1

@@ -11,10 +11,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from actors.assistant import AssistantHost, SegmentQuery, fuse_each_question
-from actors.segmenter import Segment
 from core.evidence import Evidence
 from core.generation import GenerationEngine, GenerationRequest, TokenBill
+from inference.assistant import AssistantHost, SegmentQuery, fuse_each_question
+from memory.segmenter import Segment
 
 SUMMARY_PROMPT = (
     "Summarise this part of a conversation in one sentence that names the people, the events and the topics."
@@ -41,7 +41,7 @@ class Forgotten:
 class TenantAssistants:
     """``{tenant: AssistantHost}``: hold segments, extract evidence, write summaries, forget."""
 
-    durable_state = "_hosts"  # the tenant data a snapshot holds (actors/durable.py)
+    durable_state = "_hosts"  # the tenant data a snapshot holds (cores/durable.py)
 
     def __init__(self, engine: GenerationEngine, *, summary_engine: GenerationEngine | None = None,
                  summary_max_tokens: int = 48, **host_options: Any) -> None:

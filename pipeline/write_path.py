@@ -4,7 +4,7 @@ Per request: each turn's rendered line is embedded once -> admission (the classi
 ``admission.max_turns - 1`` turns before it, or store-all with the keyword rule's content type) -> admitted
 turns into the tenant's tier shard (L1/L2) and every turn into its episodic stream (the router core; only
 admitted ones enter segments) -> the segments that close go to their assistant cores -> the router is told they
-arrived. Summaries of the closed segments are the summariser's business (``actors/summariser.py``), after the
+arrived. Summaries of the closed segments are the summariser's business (``pipeline/summariser.py``), after the
 write is acknowledged.
 """
 
@@ -21,14 +21,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from actors.admission import Decision, rule_decision
-from actors.segmenter import Segment
-from actors.shards import Shards, assistants, router, tier
-from actors.tenant_episodes import TurnRecord
-from actors.time_expressions import anchor_of
 from core.config import EngramConfig
 from core.errors import ConflictError
 from core.tracing import annotate, span
+from cores.tenant_episodes import TurnRecord
+from inference.admission import Decision, rule_decision
+from memory.segmenter import Segment
+from memory.time_expressions import anchor_of
+from pipeline.shards import Shards, assistants, router, tier
 
 Embed = Callable[[list[str]], Awaitable[np.ndarray]]  # stored texts -> unit rows
 Classify = Callable[[list[np.ndarray]], Awaitable[list[Decision]]]  # admission chunks -> decisions
@@ -108,7 +108,7 @@ class WritePath:
     async def add_turns(self, tenant: str, turns: Sequence[TurnRecord], *, agent_id: str | None = None,
                         run_id: str | None = None, session_id: str | None = None,
                         metadata: dict[str, Any] | None = None) -> WriteReport:
-        """``agent_id`` / ``run_id``: the scopes the turns are written in (``actors/scope.py``); ``metadata``: the
+        """``agent_id`` / ``run_id``: the scopes the turns are written in (``memory/scope.py``); ``metadata``: the
         writer's own keys, kept on every memory the turns become (none of ``RESERVED_KEYS``: the edge refuses them)."""
         turns = [replace(t, agent_id=agent_id, run_id=run_id) for t in turns]
         ids = [t.turn_id for t in turns]
@@ -124,7 +124,7 @@ class WritePath:
                 tenant, [ids[i] for i in keep], [turns[i].text for i in keep], vectors[keep],
                 [d.p_add if d.p_add is not None else 0.5 for d in (decisions[i] for i in keep)], meta, time.time())
             annotate(sp, stored=report.stored, evicted=report.evicted)
-        # NOTE: the tier shard's dedup (actors/write_links.py) turns a duplicate into a NOOP that points at the
+        # NOTE: the tier shard's dedup (memory/write_links.py) turns a duplicate into a NOOP that points at the
         # memory it repeats; the episodic stream then leaves it out like any other NOOP.
         links: list[dict[str, Any] | None] = [None] * len(turns)
         for i, link in zip(keep, report.links or [None] * len(keep), strict=True):

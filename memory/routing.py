@@ -38,10 +38,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from actors.bm25 import BM25Factory, SparseBM25Index, bm25_index
-from actors.segmenter import Segment
 from core.config import RouterConfig
 from core.encoding import Encoder
+from memory.bm25 import BM25Factory, SparseBM25Index, bm25_index
+from memory.segmenter import Segment
 
 __all__ = ["PATHS", "Activation", "Encoder", "EpisodicRouter", "chunk_text"]
 
@@ -308,7 +308,7 @@ class EpisodicRouter:
 
     def route(self, question: str, eligible: Collection[int] | None = None) -> list[Activation]:
         """The segments to activate for one question, best first (the newest may come last); with ``eligible``
-        (segment ids) among those only (a scoped read: ``actors.scope``)."""
+        (segment ids) among those only (a scoped read: ``memory.scope``)."""
         return self.route_batch([question], eligible)[0]
 
     def route_batch(self, questions: Sequence[str], eligible: Collection[int] | None = None) -> list[list[Activation]]:

@@ -6,7 +6,7 @@ hold the latest state cost 14 tokens a prompt and answered no better on the dev 
 ``day`` the lines of one day stand under one heading ("8 May 2023:") without their own "[1:56 pm on 8 May, 2023]"
 headers, which Qwen's tokenizer reads digit by digit (~18 tokens a line); the window is filled by what is shown.
 Instructions depend on the question's category, as in E-mem's final answer step (a question sent without one is
-answered as the kind ``actors.question_kind.predict_kind`` reads from its words: temporal, inference, list or other;
+answered as the kind ``inference.question_kind.predict_kind`` reads from its words: temporal, inference, list or other;
 a question that offers its answers, "a beach or the mountains?", is a phrase question, not a yes/no one):
 
 - temporal questions are answered with a date: the model picks the evidence line that dates the
@@ -19,7 +19,7 @@ a question that offers its answers, "a beach or the mountains?", is a phrase que
   loops, a restated question ("Melanie realized that self-care ..." -> "self-care ..."), every sentence after
   the first (a list keeps its items), trailing punctuation; with ``episodic.answer_form`` ``snap`` the cleaned
   answer becomes the evidence span closest to it, with ``extract`` a one-phrase answer is chosen among the
-  evidence's short phrases (``actors.answer_spans``).
+  evidence's short phrases (``inference.answer_spans``).
 
 With no evidence at all the answer is "Not mentioned in the conversation" and no model call is made.
 """
@@ -32,13 +32,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from actors.answer_spans import candidate_spans, snap
-from actors.question_kind import is_yes_no, predict_kind
-from actors.segmenter import estimate_tokens, split_header
-from actors.time_expressions import day_text, grounded_values
 from core.config import EpisodicConfig
 from core.evidence import Evidence, by_score, dedupe_evidence
 from core.generation import GenerationEngine, GenerationRequest, TokenBill
+from inference.answer_spans import candidate_spans, snap
+from inference.question_kind import is_yes_no, predict_kind
+from memory.segmenter import estimate_tokens, split_header
+from memory.time_expressions import day_text, grounded_values
 
 SYSTEM = (
     "You answer questions about a long conversation using only the evidence lines given. "
