@@ -21,7 +21,7 @@ Latency, wall time per turn, embedding included:
   per-turn time = batch time / batch size.
 - classifier, batch 1: ``--latency-turns`` turns spread evenly over the split; embed that one turn, build its
   chunk from the stored vectors of the turns before it, classify.
-- generative, same model: SmolLM2-135M-Instruct through ``serve.engine.TransformersEngine`` reads the same
+- generative, same model: SmolLM2-135M-Instruct through ``serve.transformers_engine.TransformersEngine`` reads the same
   ≤ 5 rendered turns as text and answers, two ways: free greedy generation of at most 4 tokens (its first
   word read as ADD or not: one prompt pass plus a few decode steps) and the choice constraint ADD / NOOP
   (the engine scores both options: one prompt pass per option); batch 1 and batched (``--batch``) on the
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     gold = np.concatenate([evidence_labels(c) for c in convs])
 
     from serve.embedder import Embedder
-    from serve.engine import TransformersEngine
+    from serve.transformers_engine import TransformersEngine
 
     embedder = Embedder(cfg.embedder)
     embedder.encode(["warm-up"])

@@ -22,7 +22,7 @@ other system), which ingests them and answers every selected question. Reported 
 turns stored, ``evidence_stored`` (share of the evidence turns of categories 1–4 that were stored — the
 ceiling of any recall), ``evidence_recall`` and official F1 as ``bench.locomo`` computes them. Questions are asked
 as ``bench.locomo --category`` says: ``predicted`` (the default) without LoCoMo's category, as ``/v1/ask`` is asked;
-``gold`` with it (and category 5's adversarial answer). ``--profile`` picks the answering models (``cpu-quality``:
+``gold`` with LoCoMo's category as the kind hint. ``--profile`` picks the answering models (``cpu-quality``:
 the 1.5B master). Answers are cached per (system, policy, kept turns, config, code, category mode) like
 ``bench.locomo``'s (resumable, ``--answers-dir`` as there); ``store_all`` shares ``bench.locomo --system``'s
 answers file, since both read every turn.
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None, *, factory: Callable | None = None,
                         "lower cut stores more turns, and random and keyword keep as many")
     parser.add_argument("--category", choices=locomo.CATEGORY_MODES, default="predicted",
                         help="predicted: the master reads the question's kind from its words (as /v1/ask without a "
-                        "category); gold: LoCoMo's labels and adversarial answers")
+                        "kind hint); gold: LoCoMo's labels as kind hints")
     parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
     parser.add_argument("--results-dir", type=Path, default=None)
     locomo.add_answers_dir(parser)

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from bench import encoding
 from bench.common import emit_json, percentiles_ms, reciprocal_rank, setup_logging, warm_up
 from bench.modes import mode_config, parse_mode
 from cluster.embedding_cache import embed_cached
@@ -67,7 +68,7 @@ def make_queries(lines: list[str], extract: EntityExtractor, seed: int, count: i
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description="HTM-EAR on BGL logs")
-    parser.add_argument("--data", type=Path, default=None, help="BGL_2k.log (default: config data.bgl_path)")
+    parser.add_argument("--data", type=Path, default=None, help="BGL_2k.log (default: config bench.bgl_path)")
     parser.add_argument("--query-seed", type=int, default=42, help="seed of target lines and query wording")
     parser.add_argument("--queries", type=int, default=200, help="number of target lines")
     parser.add_argument("--modes", default="full,lru,oracle", help="comma list (full, lru, oracle, no_gate, ...)")
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
     setup_logging()
     cfg = load_config(args.profile)
     cfg.tiers.entities.active = "bgl"
-    lines = load_lines(args.data or cfg.data.bgl_path)
+    lines = load_lines(args.data or cfg.bench.bgl_path)
     extract = EntityExtractor(cfg.tiers.entities.patterns)
     queries = make_queries(lines, extract, args.query_seed, args.queries)
     embedder = Embedder(cfg.embedder)
@@ -95,13 +96,13 @@ def main(argv: list[str] | None = None) -> dict:
     results = []
     for mode in tqdm(modes, desc="modes"):
         tiers = mode_config(cfg.tiers, mode, total_items=len(lines))
-        memory = TieredMemory(tiers, embedder, reranker=reranker if tiers.rerank.kind != "none" else None)
+        memory = TieredMemory(tiers, embedder.dim, reranker=reranker if tiers.rerank.kind != "none" else None)
         memory.add(lines, ids=list(range(1, len(lines) + 1)), importance=[importance_of(x) for x in lines],
                    vectors=vectors)
         rr, lat = [], []
         for target, query in queries:
             t0 = time.perf_counter()
-            hits = memory.retrieve(query)
+            hits = encoding.retrieve(memory, embedder, query)
             lat.append(time.perf_counter() - t0)
             rr.append(reciprocal_rank(target, [h.id for h in hits]))
         p = percentiles_ms(lat)

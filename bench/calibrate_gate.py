@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     facts = generate_facts(n, args.seed)
     vectors, _ = embed_cached(embedder, [f.text for f in facts], cfg.paths.cache_dir, label=f"synthetic-{args.seed}")
     base = cfg.tiers.model_copy(update={"l1": TierConfig(capacity=l1), "l2": TierConfig(capacity=l2)})
-    memory = TieredMemory(mode_config(base, "full", total_items=n), embedder)
+    memory = TieredMemory(mode_config(base, "full", total_items=n), embedder.dim)
     memory.add([f.text for f in facts], ids=[f.id for f in facts], importance=[f.importance for f in facts],
                vectors=vectors)
     sets = query_ids(n)

@@ -12,9 +12,24 @@ from typing import Any
 
 import numpy as np
 
+from inference.question_kind import FACT, INFERENCE, LIST, TEMPORAL, QuestionKind
 from serve.embedder import Embedder
 
 logger = logging.getLogger(__name__)
+
+
+# LoCoMo's categories as the service's question kinds: 1 multi-hop -> list, 2 temporal, 3 open-domain -> inference,
+# 4 single-hop -> fact; 5 (a false premise) is no kind: it is asked without a hint
+LOCOMO_KINDS: dict[int, QuestionKind] = {1: LIST, 2: TEMPORAL, 3: INFERENCE, 4: FACT}
+
+
+def locomo_kind(category: int) -> QuestionKind | None:
+    """The kind hint a LoCoMo question is asked with in ``--category gold`` mode (``None`` for category 5).
+
+    >>> locomo_kind(2), locomo_kind(5)
+    (<QuestionKind.TEMPORAL: 'temporal'>, None)
+    """
+    return LOCOMO_KINDS.get(category)
 
 
 def offline_service_env() -> None:

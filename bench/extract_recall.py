@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from bench import encoding
 from bench.common import emit_json, parse_int_list, setup_logging
 from bench.route_recall import CachedEncoder, token_counter
 from core.config import load_config
@@ -107,8 +108,8 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         for conv in tqdm(conversations, desc="conversations", file=sys.stderr):
             segments = segment_turns(conv.turns, ep.segment_tokens, ep.overlap_ratio, count)
-            router = EpisodicRouter(encoder, cfg.router)
-            router.add(segments)
+            router = EpisodicRouter(encoder.dim, cfg.router)
+            encoding.add_segments(router, encoder, segments)
             by_id = {s.id: s for s in segments}
             hosts = {}
             for name, (kind, size) in zip(names, settings, strict=True):
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
                 hosts[name].add(segments)
             questions = [q for q in conv.questions if q.category in CATEGORIES and q.evidence][: args.limit]
             for q in questions:
-                acts = router.route(q.question)
+                acts = encoding.route(router, encoder, q.question)
                 idf = router.term_idf(q.question)  # as the read path: the router's idf, not the host's
                 queries = [SegmentQuery(a.segment_id, q.question, a.line_scores, idf) for a in acts]
                 covered = {t for a in acts for t in by_id[a.segment_id].turn_ids}

@@ -89,8 +89,8 @@ def collect(cfg, convs, selection, path: Path, models: _Models) -> list[dict]:
         rows = []
         for index, q in tqdm(selection[conv.sample_id], desc=conv.sample_id, file=sys.stderr, leave=False):
             vector = encoder.encode([q.question], is_query=True)[0]
-            route = asyncio.run(system.reads.route(TENANT, q.question, vector))
-            groups, _ = asyncio.run(system.reads.candidates(TENANT, q.question, route))
+            route = asyncio.run(system.memory.reads.route(TENANT, q.question, vector))
+            groups, _ = asyncio.run(system.memory.reads.candidates(TENANT, q.question, route))
             rows.append({"conv_id": conv.sample_id, "q_index": index, "category": q.category,
                          "question": q.question, "evidence": list(q.evidence),
                          "routed": sorted({t for a in route.activations for t in route.segments[a.segment_id][2]}

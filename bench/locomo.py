@@ -12,10 +12,10 @@ keyed by its index in its conversation's ``qa`` list, which does not depend on t
 set: the train conversations with ``--per-category 5`` (:data:`DEV_PER_CATEGORY`), the questions read-path changes are
 tuned on (its answers share the train split's cache).
 
-Categories: ``--category predicted`` (the default; the headline tables) asks every question without LoCoMo's
-label and without its adversarial answer, as a user of ``/v1/ask`` would: the master reads the kind from the
-question (``inference.question_kind``). ``--category gold`` hands the master LoCoMo's category and, for category 5,
-the adversarial answer (for comparison with papers that prompt by category). The mode is part of the cache key.
+Categories: ``--category predicted`` (the default; the headline tables) asks every question without a kind hint,
+as a user of ``/v1/ask`` would: the master reads the kind from the question (``inference.question_kind``).
+``--category gold`` sends LoCoMo's category as the kind hint (``bench.common.LOCOMO_KINDS``; category 5 gets
+none). The mode is part of the cache key.
 
 Resume: every answer is appended (and flushed) to
 ``<cache_dir>/locomo/<system>-<hash>.jsonl``; a rerun skips answered questions. Systems are
@@ -57,7 +57,7 @@ from typing import Any, Protocol
 import numpy as np
 from tqdm import tqdm
 
-from bench.common import emit_json, parse_int_list, percentiles_ms, read_jsonl, setup_logging
+from bench.common import emit_json, locomo_kind, parse_int_list, percentiles_ms, read_jsonl, setup_logging
 from bench.locomo_report import write_report
 from bench.locomo_score import CATEGORIES, aggregate, emem_f1, official_f1
 from core.config import REPO_ROOT, ROLES, EngramConfig, load_config
@@ -72,6 +72,7 @@ from corpora.locomo import (
     select_questions,
     split,
 )
+from inference.question_kind import QuestionKind
 
 SYSTEMS = ("engram", "rag", "full_context", "direct_read")
 RECALL_CATEGORIES = (1, 2, 3, 4)  # evidence recall leaves category 5 (adversarial) out
@@ -99,15 +100,14 @@ class AnswerLike(Protocol):
 class QASystem(Protocol):
     """One conversation's memory: ``ingest`` the turns once, in stream order, then ``ask`` questions.
 
-    A fresh system serves one conversation; ``adversarial`` is the wrong answer a category-5
-    question tempts with (LoCoMo's ``adversarial_answer``), ``None`` elsewhere.
+    A fresh system serves one conversation; ``kind`` is the question's kind hint (``None``: the master predicts it).
     """
 
     name: str
 
     def ingest(self, turns: list[Turn]) -> None: ...
 
-    def ask(self, question: str, *, category: int, adversarial: str | None = None) -> AnswerLike: ...
+    def ask(self, question: str, *, kind: QuestionKind | None = None) -> AnswerLike: ...
 
 
 # build_system(name, config, *, encoder, engine) -> QASystem, as bench.systems.build_system.
@@ -457,10 +457,8 @@ def run_system(name: str, convs: Sequence[Conversation], selection: dict[str, li
         bar.set_postfix_str(conv.sample_id)
         for index, q in todo:
             start = time.perf_counter()
-            if category == "gold":
-                answer = system.ask(q.question, category=q.category, adversarial=q.adversarial)
-            else:  # as /v1/ask without a category: the master reads the kind from the question
-                answer = system.ask(q.question, category=None, adversarial=None)
+            # predicted: as /v1/ask without a hint, the master reads the kind from the question
+            answer = system.ask(q.question, kind=locomo_kind(q.category) if category == "gold" else None)
             cache.append(answer_row(name, index, q, answer, time.perf_counter() - start))
             bar.update()
         if callable(getattr(system, "close", None)):
@@ -502,8 +500,8 @@ def main(argv: list[str] | None = None, *, factory: SystemFactory | None = None,
     parser.add_argument("--per-category", type=int, default=None,
                         help="first N questions of each category of each conversation, in file order (default: all)")
     parser.add_argument("--category", choices=CATEGORY_MODES, default="predicted",
-                        help="predicted: the master reads the question's kind from its words and gets no adversarial "
-                        "answer (what /v1/ask does without a category; the headline tables); gold: LoCoMo's labels")
+                        help="predicted: the master reads the question's kind from its words (what /v1/ask does "
+                        "without a kind hint; the headline tables); gold: LoCoMo's labels as kind hints")
     parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
     parser.add_argument("--results-dir", type=Path, default=None, help="where tables and plots go")
     parser.add_argument("--no-resume", action="store_true", help="discard cached answers of these settings")

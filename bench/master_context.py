@@ -36,7 +36,7 @@ system's train answers are cached). Each conversation's questions go to the engi
     python -m bench.master_context --categories 4 --contexts 0:0,1:1
 
 ``--category predicted`` (the default) answers as ``/v1/ask`` does without a category: the kind is read from the
-question and no adversarial answer is given; ``gold`` hands the master LoCoMo's labels.
+question; ``gold`` hands the master LoCoMo's labels as kind hints.
 
 The engine is the configured one (CPU profile: vLLM-CPU, SmolLM2-135M). The test split is never read.
 """
@@ -54,7 +54,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from bench import locomo
-from bench.common import emit_json, parse_int_list, setup_logging
+from bench.common import emit_json, locomo_kind, parse_int_list, setup_logging
 from bench.locomo_report import fmt
 from bench.locomo_score import CATEGORIES
 from bench.systems import RagBaseline, build_system, turn_evidence
@@ -197,8 +197,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="first N questions of each category of each train conversation (default: the dev set)")
     parser.add_argument("--limit", type=int, default=None, help="then the first N per train conversation")
     parser.add_argument("--category", choices=locomo.CATEGORY_MODES, default="predicted",
-                        help="predicted: the master reads the question's kind from its words, no adversarial answer "
-                        "(as /v1/ask); gold: LoCoMo's labels. Also picks the cache of that mode")
+                        help="predicted: the master reads the question's kind from its words (as /v1/ask); gold: "
+                        "LoCoMo's labels as kind hints. Also picks the cache of that mode")
     parser.add_argument("--categories", default="1,2,3,4,5",
                         help="comma list of categories 1-5 (LoCoMo lists questions mostly by category: the first "
                              "40 of a conversation are nearly all 1-3)")
@@ -272,8 +272,7 @@ def main(argv: list[str] | None = None) -> dict:
                     before, after = map(int, name.split(":"))
                     evidence = [master.fit(widen(conv, row["evidence_turn_ids"], before, after, ep.ground_dates),
                                            q.question) for _, q, row in items]
-                answers = master.respond_batch([(q.question, ev, q.category if gold else None,
-                                                 q.adversarial if gold else None)
+                answers = master.respond_batch([(q.question, ev, locomo_kind(q.category) if gold else None)
                                                for (_, q, _), ev in zip(items, evidence, strict=True)])
                 for (_, _, row), answer in zip(items, answers, strict=True):
                     out = locomo.score_row({**row, "prediction": answer.text,

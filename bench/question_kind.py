@@ -2,9 +2,10 @@
 
     python -m bench.question_kind --split train
 
-Prints, per gold category, how many of its questions were predicted as each kind (1 list, 2 temporal,
-3 inference, 4 other; 5 is never predicted), and ``accuracy_1_4``: the share of category 1–4 questions whose
-predicted kind is their category. The rules were read off the train split; the test split is for reporting.
+Prints, per gold category, how many of its questions were predicted as each kind (list, temporal, inference,
+fact; LoCoMo's categories 1–4 are these kinds, ``bench.common.LOCOMO_KINDS``; category 5 is no kind), and
+``accuracy_1_4``: the share of category 1–4 questions whose predicted kind is their category's. The rules were
+read off the train split; the test split is for reporting.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import emit_json, setup_logging
+from bench.common import LOCOMO_KINDS, emit_json, setup_logging
 from core.config import load_config
 from corpora.locomo import SPLITS, load_locomo, split
 from inference.question_kind import predict_kind
@@ -23,13 +24,14 @@ from inference.question_kind import predict_kind
 def confusion(questions: list[tuple[int, str]]) -> dict[str, Any]:
     table: dict[int, Counter] = defaultdict(Counter)
     for category, text in questions:
-        table[category][predict_kind(text)] += 1
-    scored = [c for c in (1, 2, 3, 4) if c in table]
+        table[category][predict_kind(text).value] += 1
+    scored = [c for c in LOCOMO_KINDS if c in table]
     total = sum(sum(table[c].values()) for c in scored)
+    hits = {c: table[c][LOCOMO_KINDS[c].value] for c in scored}
     return {"questions": sum(sum(t.values()) for t in table.values()),
-            "predicted": {str(c): {str(k): n for k, n in sorted(table[c].items())} for c in sorted(table)},
-            "recall": {str(c): round(table[c][c] / sum(table[c].values()), 3) for c in scored},
-            "accuracy_1_4": round(sum(table[c][c] for c in scored) / total, 3) if total else 0.0}
+            "predicted": {str(c): dict(sorted(table[c].items())) for c in sorted(table)},
+            "recall": {str(c): round(hits[c] / sum(table[c].values()), 3) for c in scored},
+            "accuracy_1_4": round(sum(hits.values()) / total, 3) if total else 0.0}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from bench import encoding
 from bench.common import read_jsonl, save_and_emit, setup_logging
 from bench.route_recall import CachedEncoder, _with, evidence_recall, token_counter
 from bench.route_signals import CATEGORIES, print_rows, row
@@ -132,20 +133,22 @@ def main(argv: list[str] | None = None) -> None:
                  "question + hypothetical": [f"{q.question} {hyp[q.question]}" for q in questions]}
         for t in texts.values():
             encoder.prime(t, is_query=True)
-        router = EpisodicRouter(encoder, router_cfg)
-        router.add(mixed)
+        router = EpisodicRouter(encoder.dim, router_cfg)
+        encoding.add_segments(router, encoder, mixed)
         by_id = {s.id: s for s in mixed}
-        ranked = {k: [[a.segment_id for a in acts] for acts in router.route_batch(v)] for k, v in texts.items()}
+        ranked = {k: [[a.segment_id for a in acts] for acts in encoding.route_batch(router, encoder, v)]
+                  for k, v in texts.items()}
         ranked["interleaved"] = [interleave(a, b) for a, b in
                                  zip(ranked["question"], ranked["question + hypothetical"], strict=True)]
-        by_speaker = EpisodicRouter(encoder, router_cfg)
-        by_speaker.add(alone)
+        by_speaker = EpisodicRouter(encoder.dim, router_cfg)
+        encoding.add_segments(by_speaker, encoder, alone)
         for i, q in enumerate(questions):
             cats.append(q.category)
             for name, ranks in ranked.items():
                 recall.setdefault(name, []).append(evidence_recall([by_id[s] for s in ranks[i][: args.depth]], q))
             who = named_speaker(q.question, speakers)
-            acts = by_speaker.route(q.question, None if who is None else [s for s, w in owner.items() if w == who])
+            acts = encoding.route(by_speaker, encoder, q.question,
+                                  None if who is None else [s for s, w in owner.items() if w == who])
             recall.setdefault("speaker segments", []).append(
                 evidence_recall([alone[a.segment_id] for a in acts[: args.depth]], q))
             for k in range(1, args.depth):

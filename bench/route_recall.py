@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from bench import encoding
 from bench.common import emit_json, parse_int_list, setup_logging
 from cluster.embedding_cache import embed_cached
 from core.config import RouterConfig, load_config
@@ -53,7 +54,7 @@ NEWEST = ("extra", "within", "off")
 
 
 class CachedEncoder:
-    """Embeds each distinct text once (passages and queries kept apart); the router's encoder here."""
+    """Embeds each distinct text once (passages and queries kept apart); what embeds for the router here."""
 
     def __init__(self, embedder: Embedder, cache_dir: Path) -> None:
         self.embedder, self.cache_dir, self.dim = embedder, cache_dir, embedder.dim
@@ -151,10 +152,10 @@ def run_setting(conversations: list[Conversation], segments: dict[str, list[Segm
         by_id = {s.id: s for s in segments[conv.sample_id]}
         conv_tokens = sum(sum(s.token_counts[s.overlap :]) for s in by_id.values())
         for v in vs:
-            router = EpisodicRouter(encoder, v.config)
-            router.add(segments[conv.sample_id])
+            router = EpisodicRouter(encoder.dim, v.config)
+            encoding.add_segments(router, encoder, segments[conv.sample_id])
             t0 = time.perf_counter()
-            routed = router.route_batch([q.question for q in questions])
+            routed = encoding.route_batch(router, encoder, [q.question for q in questions])
             ms = (time.perf_counter() - t0) * 1000 / max(len(questions), 1)
             acc = per[v.name]
             for q, acts in zip(questions, routed, strict=True):
@@ -198,9 +199,10 @@ def depth_curve(conversations: list[Conversation], segments: dict[str, list[Segm
     for conv in conversations:
         questions = [q for q in conv.questions if q.category in CATEGORIES and q.evidence]
         by_id = {s.id: s for s in segments[conv.sample_id]}
-        router = EpisodicRouter(encoder, full)
-        router.add(segments[conv.sample_id])
-        for q, acts in zip(questions, router.route_batch([q.question for q in questions]), strict=True):
+        router = EpisodicRouter(encoder.dim, full)
+        encoding.add_segments(router, encoder, segments[conv.sample_id])
+        for q, acts in zip(questions, encoding.route_batch(router, encoder, [q.question for q in questions]),
+                           strict=True):
             cats.append(q.category)
             for d in depths:
                 recall[d].append(evidence_recall([by_id[a.segment_id] for a in acts[:d]], q))
@@ -268,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
                               "tokens_per_segment": round(float(np.mean(tokens)), 1)})
         for chunking in chunkings:
             vs = variants(cfg.router, union, fusion_max, newest, chunking, parse_pairs(args.lines))
-            probe = EpisodicRouter(encoder, vs[0].config)
+            probe = EpisodicRouter(encoder.dim, vs[0].config)
             encoder.prime([c for segs in segments.values() for s in segs for c in probe.chunks_of(s)],
                           is_query=False, label=f"route-recall-{chunking}")
             for row in run_setting(conversations, segments, encoder, vs, desc=f"size {size}, {chunking}"):

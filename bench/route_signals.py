@@ -34,12 +34,14 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
+from bench import encoding
 from bench.common import save_and_emit, setup_logging
 from bench.route_recall import CachedEncoder, _with, evidence_recall, token_counter
 from core.config import RouterConfig, load_config
 from corpora.locomo import Question, load_locomo, split
 from memory.bm25 import bm25_index
-from memory.routing import EpisodicRouter, _minmax
+from memory.route_scoring import minmax
+from memory.routing import EpisodicRouter
 from memory.segmenter import Segment, named_speaker, segment_turns
 from serve.embedder import Embedder
 
@@ -91,24 +93,24 @@ def conversation_signals(sample_id: str, segments: list[Segment], questions: lis
     seg_bm25.add([s.text for s in segments])
     kw = np.vstack([seg_bm25.scores(t) for t in texts])
     n = len(segments)
-    signals = {"kw": _minmax(kw)}
+    signals = {"kw": minmax(kw)}
     full_sims, bare_sims = q @ encoder.encode(lines).T, q @ encoder.encode(bare).T
     for name, sims in (("", full_sims), ("_stripped", bare_sims)):
         masked = np.where(mask, sims, -1.0)
-        signals[f"vec_mean{name}"] = _minmax(_top_mean(sims, owner, n, config.top_chunks))
-        signals[f"vec_max{name}"] = _minmax(_segment_max(sims, starts))
-        signals[f"vec_max{name}_speaker"] = _minmax(_segment_max(masked, starts))
+        signals[f"vec_mean{name}"] = minmax(_top_mean(sims, owner, n, config.top_chunks))
+        signals[f"vec_max{name}"] = minmax(_segment_max(sims, starts))
+        signals[f"vec_max{name}_speaker"] = minmax(_segment_max(masked, starts))
     line_bm25 = bm25_index(config)
     line_bm25.add(lines)
     line_kw = np.vstack([line_bm25.scores(t) for t in texts])
-    signals["line_hybrid_max"] = _minmax(_segment_max(_minmax(full_sims) + _minmax(line_kw), starts))
+    signals["line_hybrid_max"] = minmax(_segment_max(minmax(full_sims) + minmax(line_kw), starts))
     # NOTE: the second round starts from the best first-round lines of the named speaker (dense + BM25 per line)
     expansion = np.zeros_like(kw)
     for i in range(len(texts)):
-        line_score = _minmax(np.where(mask[i], bare_sims[i], -1.0)[None])[0] + _minmax(line_kw[i][None])[0]
+        line_score = minmax(np.where(mask[i], bare_sims[i], -1.0)[None])[0] + minmax(line_kw[i][None])[0]
         best = np.argsort(-np.where(mask[i], line_score, -np.inf), kind="stable")[:prf_lines]
         expansion[i] = seg_bm25.scores(" ".join(bare[j] for j in best))
-    signals["prf_kw"] = _minmax(expansion)
+    signals["prf_kw"] = minmax(expansion)
     labels = np.array([[bool(set(qq.evidence) & set(s.turn_ids)) for s in segments] for qq in questions])
     return ConversationSignals(sample_id, segments, questions, signals, labels)
 
@@ -211,10 +213,11 @@ def main(argv: list[str] | None = None) -> None:
                 speaker_stats["questions_naming_one_speaker"] += 1
                 for e in (e for e in q.evidence if e in said_by):
                     speaker_stats["evidence_turns_of_named" if said_by[e] == who else "evidence_turns_of_other"] += 1
-        router = EpisodicRouter(encoder, router_cfg)
-        router.add(segments)
+        router = EpisodicRouter(encoder.dim, router_cfg)
+        encoding.add_segments(router, encoder, segments)
         by_id = {s.id: s for s in segments}
-        for q, acts in zip(questions, router.route_batch([q.question for q in questions]), strict=True):
+        for q, acts in zip(questions, encoding.route_batch(router, encoder, [q.question for q in questions]),
+                           strict=True):
             reference[0].append(evidence_recall([by_id[a.segment_id] for a in acts[: args.depth]], q))
             reference[1].append(q.category)
         convs.append(conversation_signals(conv.sample_id, segments, questions, encoder, router_cfg, args.prf_lines))

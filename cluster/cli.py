@@ -61,6 +61,7 @@ from cluster.cli_queries import (
 )
 from cluster.client import DEFAULT_TIMEOUT_S, DEFAULT_URL, EngramClient, EngramHTTPError
 from cluster.demo import add_parser as add_demo_parser
+from inference.question_kind import QuestionKind
 from serve.auth import KeyFileError, KeyStore
 from serve.schemas import MAX_BATCH
 
@@ -215,7 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("ask", help="answer a question from a user's memory")
     s.add_argument("user")
     s.add_argument("question")
-    s.add_argument("--category", type=int, choices=range(1, 6), help="LoCoMo category hint (2 temporal, 5 adversarial)")
+    s.add_argument("--kind", choices=[k.value for k in QuestionKind],
+                   help="how to answer (default: the master reads it from the question)")
     _scope_flags(s)
     s.add_argument("--json", action="store_true", help="print the reply as JSON")
     s.set_defaults(run=_cmd_ask)

@@ -73,14 +73,14 @@ def locomo_batches(turns: Sequence[Any], user_id: str, size: int) -> Iterator[tu
 
 
 def _cmd_ingest_locomo(args: argparse.Namespace, ctx: _Context) -> int:
-    from corpora.locomo import load_locomo
+    from corpora.locomo import load_locomo, locomo_missing
 
     if args.data is None:
         from core.config import load_config
 
         args.data = load_config().data.locomo_path
     if not Path(args.data).is_file():
-        return _fail(f"LoCoMo not found at {args.data}; pass --data or set ENGRAM_DATA__LOCOMO_PATH")
+        return _fail(locomo_missing(args.data, "--data"), code=2)
     convs = {c.sample_id: c for c in load_locomo(args.data)}
     conv = convs.get(args.conv_id)
     if conv is None:

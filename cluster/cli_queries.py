@@ -51,7 +51,7 @@ def format_search(reply: SearchResponse) -> str:
 
 def _cmd_ask(args: argparse.Namespace, ctx: _Context) -> int:
     with ctx.connect() as client:
-        reply = client.ask(args.user, args.question, args.category, args.agent_id, args.run_id)
+        reply = client.ask(args.user, args.question, args.kind, args.agent_id, args.run_id)
     print(reply.model_dump_json(indent=2) if args.json else format_ask(reply))
     return 0
 

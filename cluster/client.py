@@ -144,9 +144,9 @@ class _Calls:
         return Call("POST", "/v1/search", _model(SearchResponse), body=body)
 
     @staticmethod
-    def ask(user_id: str, question: str, category: int | None = None, agent_id: str | None = None,
+    def ask(user_id: str, question: str, kind: str | None = None, agent_id: str | None = None,
             run_id: str | None = None) -> Call[AskResponse]:
-        body = AskRequest(user_id=user_id, question=question, category=category, agent_id=agent_id, run_id=run_id)
+        body = AskRequest(user_id=user_id, question=question, kind=kind, agent_id=agent_id, run_id=run_id)
         return Call("POST", "/v1/ask", _model(AskResponse), body=body)
 
     @staticmethod
@@ -252,11 +252,11 @@ class _Endpoints:
         ``threshold``) and the segments the router activates → ``SearchResponse``."""
         return self._send(_Calls.search(user_id, query, k, agent_id, run_id, filters, threshold))
 
-    def ask(self, user_id: str, question: str, category: int | None = None, agent_id: str | None = None,
+    def ask(self, user_id: str, question: str, kind: str | None = None, agent_id: str | None = None,
             run_id: str | None = None):
         """Answer a question from the user's memory (of one agent / run) → ``AskResponse`` (answer, evidence,
         token bill)."""
-        return self._send(_Calls.ask(user_id, question, category, agent_id, run_id))
+        return self._send(_Calls.ask(user_id, question, kind, agent_id, run_id))
 
     def get_memory(self, user_id: str, memory_id: str):
         """One memory → ``Memory``."""

@@ -1,4 +1,5 @@
-"""What the read path needs of a text encoder (``serve.embedder.Embedder`` fits; tests pass hashing doubles)."""
+"""The one text-encoder protocol, for the callers that embed (``serve.embedder.Embedder`` fits; tests pass hashing
+doubles). ``memory/`` and ``cores/`` never embed: their classes take the vectors such a caller computed."""
 
 from __future__ import annotations
 

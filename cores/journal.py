@@ -15,6 +15,7 @@ cuts it off, so later appends follow the last good record.
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import re
@@ -35,6 +36,34 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class _Retired:
+    """Stands in for a class an older snapshot names and the code no longer has; the core that owns it reads
+    its state in ``restored()`` (e.g. ``TenantEpisodes.restored``)."""
+
+
+# (module, name) an older snapshot or record refers to -> what reads it now
+MOVED: dict[tuple[str, str], tuple[str, str] | None] = {
+    ("cores.tenant_episodes", "KnownVectors"): None,  # the router's vector lookup: now the stream's own ``known``
+    ("cores.tenant_tiers", "VectorsOnly"): None,  # the tiers' refusing encoder: the tiers now take vectors
+    ("memory.routing", "_LineIndex"): ("memory.line_index", "LineIndex"),
+}
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in MOVED:
+            moved = MOVED[(module, name)]
+            if moved is None:
+                return _Retired
+            module, name = moved
+        return super().find_class(module, name)
+
+
+def loads(body: bytes) -> Any:
+    """``pickle.loads`` that reads what older versions of the cores wrote (:data:`MOVED`)."""
+    return _Unpickler(io.BytesIO(body)).load()
 
 
 class Journal:
@@ -65,8 +94,7 @@ class Journal:
         path = self._snapshot_path(self.generation)
         if not path.is_file():
             return None
-        with path.open("rb") as f:
-            return pickle.load(f)
+        return loads(path.read_bytes())
 
     def replay(self) -> Iterator[Any]:
         """Every complete record of the current log, in order; a torn tail is cut off."""
@@ -85,7 +113,7 @@ class Journal:
                     break
                 good = f.tell()
                 self.records += 1
-                yield pickle.loads(body)
+                yield loads(body)
         if good < path.stat().st_size:
             with path.open("r+b") as f:
                 f.truncate(good)

@@ -30,7 +30,7 @@ from typing import Any
 
 import fsspec
 
-from cores.journal import HEADER
+from cores.journal import HEADER, loads
 
 _MARK = re.compile(r"^gen-(\d{6})$")
 
@@ -87,7 +87,7 @@ class ObjectJournal:
         path = self._snapshot(self.generation)
         if not self.fs.exists(path):
             return None
-        return pickle.loads(self.fs.cat_file(path))
+        return loads(self.fs.cat_file(path))
 
     def replay(self) -> Iterator[Any]:
         """Every good record of the current generation, in order; a corrupt one and those after it are deleted."""
@@ -101,7 +101,7 @@ class ObjectJournal:
                 break
             self.records += 1
             self._next = int(name) + 1
-            yield pickle.loads(body)
+            yield loads(body)
 
     # -- writes ----------------------------------------------------------------------------
     def append(self, record: Any) -> None:

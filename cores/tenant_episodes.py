@@ -4,17 +4,17 @@ Per tenant (``user_id``): a :class:`Segmenter` that cuts the admitted turns into
 an :class:`EpisodicRouter` over the closed segments (summary / dense / BM25 paths), and the last few
 turn vectors of the stream (admitted or not) that the admission classifier reads as context.
 
-The router never embeds: the ingress embeds each turn's rendered line once and passes the vectors in;
-:class:`KnownVectors` hands them to the router when it indexes a segment's lines (``router.chunking``
-must be ``turn``), and the question's vector when it routes. The open (still filling) segment is not
-indexed; :meth:`TenantEpisodes.route` returns a copy of it so that its turns can be read too.
+The router never embeds: the ingress embeds each turn's rendered line once and passes the vectors in; the
+stream keeps them by line (``_Stream.known``) until a closing segment hands them to the router as its chunk
+vectors (``router.chunking`` must be ``turn``), and passes the question's vector when it routes. The open
+(still filling) segment is not indexed; :meth:`TenantEpisodes.route` returns a copy of it so that its turns
+can be read too.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 
@@ -45,22 +45,6 @@ class TurnRecord:
         return render_turn(self)
 
 
-class KnownVectors:
-    """An encoder that only returns vectors it was given (text -> unit vector)."""
-
-    def __init__(self, dim: int) -> None:
-        self.dim = dim
-        self.known: dict[str, np.ndarray] = {}
-
-    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
-        missing = [t for t in texts if t not in self.known]
-        if missing:
-            raise KeyError(f"no vector was passed for {len(missing)} text(s), e.g. {missing[0][:80]!r}")
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return np.stack([self.known[t] for t in texts]).astype(np.float32, copy=False)
-
-
 @dataclass
 class RouteResult:
     activations: list[Activation]
@@ -76,8 +60,8 @@ class RouteResult:
 class _Stream:
     segmenter: Segmenter
     router: EpisodicRouter
-    encoder: KnownVectors
     recent: deque = field(default_factory=deque)
+    known: dict[str, np.ndarray] = field(default_factory=dict)  # line -> vector, of lines a segment may still hold
     meta: dict[int, tuple[datetime, datetime, list[str]]] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)  # turn ids appended so far: a retried write is not doubled
     pending: dict[int, Segment] = field(default_factory=dict)  # closed, not yet confirmed held by an assistant
@@ -85,18 +69,16 @@ class _Stream:
     scopes: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)  # turn id -> (agent, run)
 
 
-@contextmanager
-def _lent(encoder: KnownVectors, text: str, vector: np.ndarray) -> Iterator[None]:
-    """Make ``text -> vector`` known for one call, then restore what was there."""
-    before = encoder.known.get(text)
-    encoder.known[text] = np.asarray(vector, np.float32)
-    try:
-        yield
-    finally:
-        if before is None:
-            encoder.known.pop(text, None)
-        else:
-            encoder.known[text] = before
+def _chunk_vectors(router: EpisodicRouter, known: Mapping[str, np.ndarray], segments: Sequence[Segment]) -> np.ndarray:
+    """The vectors of the segments' router chunks (their lines) from ``known`` (line -> vector); KeyError for a
+    line whose vector was never passed."""
+    chunks = [c for seg in segments for c in router.chunks_of(seg)]
+    missing = [c for c in chunks if c not in known]
+    if missing:
+        raise KeyError(f"no vector was passed for {len(missing)} text(s), e.g. {missing[0][:80]!r}")
+    if not chunks:
+        return np.zeros((0, router.dim), dtype=np.float32)
+    return np.stack([known[c] for c in chunks]).astype(np.float32, copy=False)
 
 
 def _routed_lines(meta: tuple[datetime, datetime, list[str]],
@@ -123,12 +105,16 @@ class TenantEpisodes:
         return True
 
     def restored(self) -> None:
-        """After a snapshot load: streams saved before summaries were kept as text get an empty map."""
+        """After a snapshot load: streams saved before summaries were kept as text get an empty map; those saved
+        before the router took vectors keep their line vectors in ``known``."""
         for s in self._streams.values():
             if not hasattr(s, "summaries"):
                 s.summaries = {}
             if not hasattr(s, "scopes"):  # saved before scopes: its turns belong to no agent and no run
                 s.scopes = {}
+            if not hasattr(s, "known"):  # saved while the router embedded through a lookup of the passed vectors
+                s.known = vars(s).pop("encoder").known
+                vars(s.router).pop("encoder", None)
 
     def warm(self) -> None:
         """Load what the first write would otherwise wait for (the tokenizer behind ``count_tokens``)."""
@@ -140,11 +126,10 @@ class TenantEpisodes:
     def _stream(self, tenant: str, create: bool = False) -> _Stream | None:
         s = self._streams.get(tenant)
         if s is None and create:
-            ep, encoder = self.config.episodic, KnownVectors(self.dim)
+            ep = self.config.episodic
             s = self._streams[tenant] = _Stream(
                 Segmenter(ep.segment_tokens, ep.overlap_ratio, self.count_tokens),
-                EpisodicRouter(encoder, self.config.router),
-                encoder,
+                EpisodicRouter(self.dim, self.config.router),
                 deque(maxlen=max(self.config.admission.max_turns - 1, 1)),
             )
         return s
@@ -170,13 +155,13 @@ class TenantEpisodes:
             s.seen.add(turn.turn_id)
             s.recent.append(np.asarray(vec, np.float32))
             if keep:
-                s.encoder.known[turn.line] = np.asarray(vec, np.float32)
+                s.known[turn.line] = np.asarray(vec, np.float32)
                 closed.extend(s.segmenter.add(turn))
                 agent, run = getattr(turn, "agent_id", None), getattr(turn, "run_id", None)
                 if agent is not None or run is not None:
                     s.scopes[turn.turn_id] = (agent, run)
         if closed:
-            s.router.add(closed)
+            s.router.add(closed, _chunk_vectors(s.router, s.known, closed))
             for seg in closed:
                 s.meta[seg.id] = (seg.start, seg.end, list(seg.turn_ids))
                 s.pending[seg.id] = seg
@@ -185,7 +170,7 @@ class TenantEpisodes:
             still = set(closed[-1].lines)
             if (cur := s.segmenter.current()) is not None:
                 still.update(cur.lines)
-            s.encoder.known = {line: v for line, v in s.encoder.known.items() if line in still}
+            s.known = {line: v for line, v in s.known.items() if line in still}
         return list(s.pending.values())
 
     def route(self, tenant: str, question: str, vector: np.ndarray, scope: Scope | None = None) -> RouteResult:
@@ -199,8 +184,7 @@ class TenantEpisodes:
         if scope is not None and not scope.empty:
             inside = {t for t, (agent, run) in s.scopes.items() if scope.contains(agent, run)}
             eligible = {sid for sid, (_, _, turn_ids) in s.meta.items() if not inside.isdisjoint(turn_ids)}
-        with _lent(s.encoder, question, vector):
-            activations = s.router.route(question, eligible)
+        activations = s.router.route(question, np.asarray(vector, np.float32), eligible)
         meta = {a.segment_id: _routed_lines(s.meta[a.segment_id], a.lines) for a in activations}
         open_seg = s.segmenter.current() if self.config.router.include_newest else None
         if open_seg is not None and inside is not None:
@@ -243,8 +227,7 @@ class TenantEpisodes:
         s = self._stream(tenant)
         if s is None or segment_id not in s.meta:
             return False
-        with _lent(s.encoder, summary, vector):
-            s.router.set_summary(segment_id, summary)
+        s.router.set_summary(segment_id, summary, np.asarray(vector, np.float32) if summary else None)
         s.summaries[segment_id] = summary
         return True
 
@@ -262,9 +245,9 @@ class TenantEpisodes:
             closed.append(SegmentState(seg, dict(zip(turn_ids, vecs, strict=True)), s.summaries.get(sid),
                                        summary_vec))
         cur = s.segmenter.current()
-        opened = None if cur is None else SegmentState(cur, {t: s.encoder.known[line] for t, line in
+        opened = None if cur is None else SegmentState(cur, {t: s.known[line] for t, line in
                                                              zip(cur.turn_ids, cur.lines, strict=True)})
-        carry = [TurnVector(c.turn_id, c.line, c.timestamp, c.tokens, s.encoder.known[c.line])
+        carry = [TurnVector(c.turn_id, c.line, c.timestamp, c.tokens, s.known[c.line])
                  for c in s.segmenter.carry]
         return StreamState(s.segmenter.next_id, sorted(s.seen), list(s.recent), closed, opened, carry,
                            dict(s.scopes))
@@ -280,19 +263,17 @@ class TenantEpisodes:
             s.scopes.update(state.scopes)
             s.recent.extend(np.asarray(v, np.float32) for v in state.context)
             for st in state.closed:
-                seg = st.segment
-                s.encoder.known.update(zip(seg.lines, (st.vectors[t] for t in seg.turn_ids), strict=True))
-                s.router.add([replace(seg, summary=None)])
+                seg = replace(st.segment, summary=None)
+                lines = dict(zip(seg.lines, (st.vectors[t] for t in seg.turn_ids), strict=True))
+                s.router.add([seg], _chunk_vectors(s.router, lines, [seg]))
                 s.meta[seg.id] = (seg.start, seg.end, list(seg.turn_ids))
-                s.encoder.known.clear()
                 if st.summary:
-                    with _lent(s.encoder, st.summary, st.summary_vector):
-                        s.router.set_summary(seg.id, st.summary)
+                    s.router.set_summary(seg.id, st.summary, np.asarray(st.summary_vector, np.float32))
                     s.summaries[seg.id] = st.summary
             if state.open is not None:
                 seg = state.open.segment
-                s.encoder.known.update(zip(seg.lines, (state.open.vectors[t] for t in seg.turn_ids), strict=True))
-            s.encoder.known.update((c.line, np.asarray(c.vector, np.float32)) for c in state.carry)
+                s.known.update(zip(seg.lines, (state.open.vectors[t] for t in seg.turn_ids), strict=True))
+            s.known.update((c.line, np.asarray(c.vector, np.float32)) for c in state.carry)
             s.segmenter.restore(state.next_segment_id, None if state.open is None else state.open.segment,
                                 [(c.turn_id, c.line, c.timestamp, c.tokens) for c in state.carry])
         except Exception:

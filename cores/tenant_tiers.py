@@ -2,8 +2,8 @@
 
 Each tenant (``user_id``) owns a separate :class:`TieredMemory` (its own L1/L2 HNSW shards), created on
 its first write, so no search can reach another tenant's items. The shard never runs a model: vectors
-arrive already embedded (the embedder deployment embeds once per turn for every consumer), which is
-why the memories are built over :class:`VectorsOnly`.
+arrive already embedded (the embedder deployment embeds once per turn for every consumer) and are passed
+on to the memories, which take vectors only.
 """
 
 from __future__ import annotations
@@ -25,16 +25,6 @@ from memory.write_links import Known, WriteLink, fact_slots, judge, latest_holde
 def known(item_id: Any, text: str, metadata: dict[str, Any] | None, similarity: float) -> Known:
     meta = metadata or {}
     return Known(str(item_id), text, meta.get("speaker"), similarity, meta.get("facts") or {})
-
-
-class VectorsOnly:
-    """An encoder that has a dimension and refuses to embed (callers pass ``vectors=``)."""
-
-    def __init__(self, dim: int) -> None:
-        self.dim = dim
-
-    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
-        raise RuntimeError("tier shards do not embed; pass the vectors computed by the embedder")
 
 
 @dataclass
@@ -78,7 +68,7 @@ class TenantTiers:
     def _memory(self, tenant: str, create: bool = False) -> TieredMemory | None:
         mem = self._memories.get(tenant)
         if mem is None and create:
-            mem = self._memories[tenant] = TieredMemory(self.config, VectorsOnly(self.dim))
+            mem = self._memories[tenant] = TieredMemory(self.config, self.dim)
         return mem
 
     def add(
@@ -231,7 +221,7 @@ class TenantTiers:
         """Rebuild the tenant's memories from export records; the tenant must hold none (else ValueError)."""
         if len(self._memories.get(tenant) or ()):
             raise ValueError(f"tenant {tenant!r} already has memories")
-        mem = self._memories[tenant] = TieredMemory(self.config, VectorsOnly(self.dim))
+        mem = self._memories[tenant] = TieredMemory(self.config, self.dim)
         return mem.restore([memory_item(r) for r in records])
 
     def drop_tenant(self, tenant: str) -> int:

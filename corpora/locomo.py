@@ -40,12 +40,15 @@ from memory.segmenter import render_turn
 
 __all__ = [
     "Conversation",
+    "LOCOMO_SOURCE",
+    "LoCoMoNotFoundError",
     "Question",
     "SPLITS",
     "TEST_IDS",
     "TRAIN_IDS",
     "Turn",
     "load_locomo",
+    "locomo_missing",
     "normalize_evidence",
     "parse_session_datetime",
     "render_turn",
@@ -58,6 +61,8 @@ TEST_IDS: tuple[str, ...] = ("conv-48", "conv-49", "conv-50")
 SPLITS = ("train", "test", "all")
 Split = Literal["train", "test", "all"]
 
+# Where to get the file (the project reads it in place, never copies it: shared/data/README.md).
+LOCOMO_SOURCE = "https://github.com/snap-research/locomo (data/locomo10.json)"
 PHOTO_TEMPLATE = "[shares a photo: {caption}]"
 _MONTH_NAMES = "january february march april may june july august september october november december"
 _MONTHS = {name: i for i, name in enumerate(_MONTH_NAMES.split(), start=1)}
@@ -197,8 +202,22 @@ def _read_question(sample_id: str, raw: dict, valid: set[str]) -> Question:
     )
 
 
+class LoCoMoNotFoundError(FileNotFoundError):
+    """No ``locomo10.json`` at the path given; the message (one line) says how to get and point to it."""
+
+
+def locomo_missing(path: str | Path, flag: str | None = None) -> str:
+    """The one-line message for a missing LoCoMo file: the path, how to point to the file (``flag``: a command-line
+    option that does it too) and where to download it."""
+    how = f"pass {flag} or set" if flag else "set"
+    return (f"LoCoMo not found at {path}; {how} data.locomo_path (env ENGRAM_DATA__LOCOMO_PATH) to locomo10.json, "
+            f"downloaded from {LOCOMO_SOURCE}")
+
+
 def load_locomo(path: str | Path) -> list[Conversation]:
-    """Read ``locomo10.json`` into conversations, in file order."""
+    """Read ``locomo10.json`` into conversations, in file order; ``LoCoMoNotFoundError`` when there is no file."""
+    if not Path(path).is_file():
+        raise LoCoMoNotFoundError(locomo_missing(path))
     with Path(path).open(encoding="utf-8") as f:
         samples = json.load(f)
     conversations = []

@@ -5,15 +5,13 @@ The evidence lines are sorted oldest first and headed "Evidence, oldest first:" 
 hold the latest state cost 14 tokens a prompt and answered no better on the dev set). With ``episodic.master_dates``
 ``day`` the lines of one day stand under one heading ("8 May 2023:") without their own "[1:56 pm on 8 May, 2023]"
 headers, which Qwen's tokenizer reads digit by digit (~18 tokens a line); the window is filled by what is shown.
-Instructions depend on the question's category, as in E-mem's final answer step (a question sent without one is
-answered as the kind ``inference.question_kind.predict_kind`` reads from its words: temporal, inference, list or other;
-a question that offers its answers, "a beach or the mountains?", is a phrase question, not a yes/no one):
+Instructions depend on the question's kind (``inference.question_kind.QuestionKind``), as in E-mem's final answer
+step; a question asked without a kind hint is answered as the kind ``predict_kind`` reads from its words (a question
+that offers its answers, "a beach or the mountains?", is a phrase question, not a yes/no one):
 
 - temporal questions are answered with a date: the model picks the evidence line that dates the
   event (a constrained choice) and the answer is the first date grounded in that line ("we met yesterday
   [7 May 2023]", ``episodic.ground_dates``), else the line's own date, written "7 May 2023";
-- adversarial questions (category 5) choose between the proposed answer and "Not mentioned in the
-  conversation" (a constrained choice);
 - the rest get a short phrase, shown how by one worked example of their kind (``episodic.answer_examples``) and
   cleaned of what small models wrap answers in: echoed prompt headers, line numbers and dates, a speaker's name,
   loops, a restated question ("Melanie realized that self-care ..." -> "self-care ..."), every sentence after
@@ -36,7 +34,7 @@ from core.config import EpisodicConfig
 from core.evidence import Evidence, by_score, dedupe_evidence
 from core.generation import GenerationEngine, GenerationRequest, TokenBill
 from inference.answer_spans import candidate_spans, snap
-from inference.question_kind import is_yes_no, predict_kind
+from inference.question_kind import FACT, INFERENCE, LIST, TEMPORAL, QuestionKind, is_yes_no, predict_kind
 from memory.segmenter import estimate_tokens, split_header
 from memory.time_expressions import day_text, grounded_values
 
@@ -44,29 +42,27 @@ SYSTEM = (
     "You answer questions about a long conversation using only the evidence lines given. "
     "Answer with a short phrase, not a sentence."
 )
-INSTRUCTIONS = {
-    1: "Answer with a short phrase; if several things are asked for, list them separated by commas.",
-    2: "Which evidence line tells when this happened? Reply with its number.",
-    3: "Answer with a short phrase. If it is a yes/no question, start with 'Likely yes' or 'Likely no'.",
-    4: "Answer with a short phrase copied from the evidence.",
-    5: "Does the conversation say this? Reply with the answer or say it is not mentioned.",
+INSTRUCTIONS: dict[QuestionKind, str] = {
+    LIST: "Answer with a short phrase; if several things are asked for, list them separated by commas.",
+    TEMPORAL: "Which evidence line tells when this happened? Reply with its number.",
+    INFERENCE: "Answer with a short phrase. If it is a yes/no question, start with 'Likely yes' or 'Likely no'.",
+    FACT: "Answer with a short phrase copied from the evidence.",
 }
-DEFAULT_INSTRUCTION = INSTRUCTIONS[4]
-# One worked example per kind that gets a free answer (LoCoMo's train split, conv-30, lines shortened), sent as an
+# One worked example per kind that gets a free answer (a train-split conversation, lines shortened), sent as an
 # earlier chat turn with its answer (``episodic.answer_examples``): a small model copies the form of an answer
 # shown (a few words taken from the evidence) far better than it follows an instruction.
-EXAMPLES: dict[int, tuple[tuple[str, ...], str, str]] = {
-    1: (("[2:32 pm on 29 January, 2023] Jon: I've been looking at different places for the studio. Oh, I've been to "
+EXAMPLES: dict[QuestionKind, tuple[tuple[str, ...], str, str]] = {
+    LIST: (("[2:32 pm on 29 January, 2023] Jon: I've been looking at different places for the studio. Oh, I've been to "
          "Paris yesterday [28 January 2023]! It was sooo cool.",
          "[10:04 am on 19 June, 2023] Jon: Still working on my biz. Took a short trip last week to Rome to clear my "
          "mind a little."),
         "Which cities has Jon visited?", "Paris, Rome"),
-    3: (("[4:04 pm on 20 January, 2023] Jon: I'm starting a dance studio 'cause I'm passionate about dancing.",
+    INFERENCE: (("[4:04 pm on 20 January, 2023] Jon: I'm starting a dance studio 'cause I'm passionate about dancing.",
          "[2:35 pm on 16 March, 2023] Gina: I'm passionate about fashion trends, so a clothing store was a perfect "
          "match."),
         "Do Jon and Gina start businesses out of what they love?", "Likely yes"),
-    4: (("[2:32 pm on 29 January, 2023] Jon: Yeah, good flooring's crucial. I'm after Marley flooring, which is what "
-         "dance studios usually use.",),
+    FACT: (("[2:32 pm on 29 January, 2023] Jon: Yeah, good flooring's crucial. I'm after Marley flooring, which is "
+            "what dance studios usually use.",),
         "What kind of flooring is Jon looking for in his dance studio?", "Marley flooring"),
 }
 # NOTE: the system prompt, evidence header, instruction and chat template take 59-79 tokens besides the question
@@ -75,12 +71,12 @@ PROMPT_MARGIN_TOKENS = 160
 LINE_OVERHEAD_TOKENS = 6
 
 
-format_date = day_text  # LoCoMo's answer style: format_date(datetime(2023, 5, 7, 13, 56)) == '7 May 2023'
+format_date = day_text  # the answers' date style: format_date(datetime(2023, 5, 7, 13, 56)) == '7 May 2023'
 
 
 def dialogue_order(evidence: Evidence) -> tuple[datetime, list[str | int]]:
     """Sort key: time, then the turn id with its numbers compared as numbers (turns of one session share
-    their time in LoCoMo), so ``D3:9`` comes before ``D3:10``.
+    their time in imported transcripts), so ``D3:9`` comes before ``D3:10``.
 
     >>> [e.turn_id for e in sorted([Evidence("D3:10", "", datetime(2023, 5, 7), 0),
     ...                             Evidence("D3:9", "", datetime(2023, 5, 7), 0)], key=dialogue_order)]
@@ -176,11 +172,10 @@ class MasterAnswer:
     raw: str = ""  # what the model wrote, before the answer was cleaned (a chosen line's number for a date)
 
 
-def example_kind(question: str, category: int | None) -> int:
+def example_kind(question: str, kind: QuestionKind) -> QuestionKind:
     """Which worked example a question is shown: an inference question asked as a phrase ("What fields would
     she pursue?") is shown the phrase example, not the yes/no one."""
-    kind = category or 4
-    return 4 if kind == 3 and not is_yes_no(question) else kind
+    return FACT if kind == INFERENCE and not is_yes_no(question) else kind
 
 
 def prompt_budget(max_model_len: int, answer_max_tokens: int) -> int:
@@ -189,7 +184,7 @@ def prompt_budget(max_model_len: int, answer_max_tokens: int) -> int:
 
 
 def split_day(line: str) -> tuple[str | None, str]:
-    """A stored line -> (the day of its header, written as LoCoMo writes dates; the line without its header);
+    """A stored line -> (the day of its header, written "8 May 2023"; the line without its header);
     ``(None, line)`` for a line without a header.
 
     >>> split_day("[1:56 pm on 8 May, 2023] Caroline: Hi!")
@@ -266,10 +261,9 @@ class Master:
         kept = dedupe_evidence(by_score(evidence))[: self.max_evidence]
         return self.fit(kept, question)
 
-    def answer(self, question: str, evidence: Sequence[Evidence], category: int | None = None,
-               adversarial: str | None = None) -> MasterAnswer:
-        """Select the evidence, then answer from it."""
-        return self.respond(question, self.select(question, evidence), category, adversarial)
+    def answer(self, question: str, evidence: Sequence[Evidence], kind: QuestionKind | None = None) -> MasterAnswer:
+        """Select the evidence, then answer from it (as ``kind``; default: the kind the question's words suggest)."""
+        return self.respond(question, self.select(question, evidence), kind)
 
     # -- answering -----------------------------------------------------------------------------
     def evidence_lines(self, evidence: Sequence[Evidence]) -> str:
@@ -287,73 +281,62 @@ class Master:
             out.append(f"[{i}] {body}")
         return "\n".join(out)
 
-    def prompt(self, question: str, evidence: Sequence[Evidence], category: int | None) -> str:
+    def prompt(self, question: str, evidence: Sequence[Evidence], kind: QuestionKind) -> str:
         lines = self.evidence_lines(evidence)  # the caller orders them
-        return (
-            "Evidence, oldest first:\n"
-            f"{lines}\n\nQuestion: {question}\n{INSTRUCTIONS.get(category or 0, DEFAULT_INSTRUCTION)}"
-        )
+        return f"Evidence, oldest first:\n{lines}\n\nQuestion: {question}\n{INSTRUCTIONS[kind]}"
 
-    def example_messages(self, kind: int, category: int | None) -> list[dict[str, str]]:
-        """The worked example of ``kind`` as an earlier user turn (prompted as ``category``) and its answer; none
+    def example_messages(self, shown_kind: QuestionKind, kind: QuestionKind) -> list[dict[str, str]]:
+        """The worked example of ``shown_kind`` as an earlier user turn (prompted as ``kind``) and its answer; none
         when that kind has no example or examples are off."""
-        if (example := self.examples.get(kind)) is None:
+        if (example := self.examples.get(shown_kind)) is None:
             return []
         lines, question, answer = example
         shown = [Evidence("", line, datetime.min, -1) for line in lines]
-        return [{"role": "user", "content": self.prompt(question, shown, category)},
+        return [{"role": "user", "content": self.prompt(question, shown, kind)},
                 {"role": "assistant", "content": answer}]
 
-    def request(self, question: str, evidence: Sequence[Evidence], category: int | None,
-                adversarial: str | None) -> GenerationRequest:
+    def request(self, question: str, evidence: Sequence[Evidence], kind: QuestionKind) -> GenerationRequest:
         messages = [{"role": "system", "content": SYSTEM},
-                    *self.example_messages(example_kind(question, category), category),
-                    {"role": "user", "content": self.prompt(question, evidence, category)}]
+                    *self.example_messages(example_kind(question, kind), kind),
+                    {"role": "user", "content": self.prompt(question, evidence, kind)}]
         # NOTE: every request states max_tokens, so the caller's prompt budget (window - max_tokens) holds.
-        if category == 2:
+        if kind == TEMPORAL:
             return GenerationRequest(messages=messages, choice=[str(i) for i in range(1, len(evidence) + 1)],
                                      max_tokens=self.max_tokens)
-        if category == 5 and adversarial and clean_answer(adversarial) != self.not_mentioned:
-            return GenerationRequest(messages=messages, choice=[clean_answer(adversarial), self.not_mentioned],
-                                     max_tokens=self.max_tokens)
-        if self.extracts(question, category) and (spans := candidate_spans(question, [e.content for e in evidence])):
+        if self.extracts(question, kind) and (spans := candidate_spans(question, [e.content for e in evidence])):
             return GenerationRequest(messages=messages, choice=spans, max_tokens=self.max_tokens)
         return GenerationRequest(messages=messages, max_tokens=self.max_tokens)
 
-    def extracts(self, question: str, category: int | None) -> bool:
+    def extracts(self, question: str, kind: QuestionKind) -> bool:
         """Whether the answer is chosen among the evidence's phrases (``answer_form: extract``): one-phrase kinds
-        (not dates, lists, false premises or yes/no questions)."""
-        return self.answer_form == "extract" and category in (3, 4, None) and not is_yes_no(question)
+        (not dates, lists or yes/no questions)."""
+        return self.answer_form == "extract" and kind in (INFERENCE, FACT) and not is_yes_no(question)
 
-    def respond_batch(
-        self, items: Sequence[tuple[str, Sequence[Evidence], int | None, str | None]]
-    ) -> list[MasterAnswer]:
-        """(question, chosen evidence, category, adversarial answer) per question -> answers, one engine batch.
-        The evidence is read as given (already cut to the window), in dialogue order."""
-        # NOTE: a question without a category (``/v1/ask`` without one; ``bench.locomo --category predicted``) is
-        # answered as the kind its words suggest; a false premise (5) is never assumed
-        items = [(q, ev, predict_kind(q) if c is None else c, a) for q, ev, c, a in items]
-        ordered = [sorted(ev, key=dialogue_order) for _, ev, _, _ in items]
+    def respond_batch(self, items: Sequence[tuple[str, Sequence[Evidence], QuestionKind | None]]) -> list[MasterAnswer]:
+        """(question, chosen evidence, kind or None) per question -> answers, one engine batch. The evidence is
+        read as given (already cut to the window), in dialogue order; a question without a kind is answered as
+        the kind its words suggest."""
+        items = [(q, ev, predict_kind(q) if k is None else QuestionKind(k)) for q, ev, k in items]
+        ordered = [sorted(ev, key=dialogue_order) for _, ev, _ in items]
         todo = [i for i, ev in enumerate(ordered) if ev]
-        requests = [self.request(items[i][0], ordered[i], items[i][2], items[i][3]) for i in todo]
+        requests = [self.request(items[i][0], ordered[i], items[i][2]) for i in todo]
         results = self.engine.generate(requests) if requests else []
         out = [MasterAnswer(self.not_mentioned, [], TokenBill()) for _ in items]
         for i, req, res in zip(todo, requests, results, strict=True):
-            category, evidence = items[i][2], ordered[i]
-            if category == 2:  # the chosen line's grounded date ("yesterday [7 May 2023]"), else its own date
+            kind, evidence = items[i][2], ordered[i]
+            if kind == TEMPORAL:  # the chosen line's grounded date ("yesterday [7 May 2023]"), else its own date
                 line = evidence[int(res.text.strip()) - 1]
                 text = next(iter(grounded_values(line.content)), None) or format_date(line.timestamp)
-            elif self.extracts(items[i][0], category) and req.choice:  # one of the evidence's phrases, as chosen
+            elif self.extracts(items[i][0], kind) and req.choice:  # one of the evidence's phrases, as chosen
                 text = res.text
             else:  # a list keeps every item; the rest end at their first sentence; no restated question
-                text = clean_answer(res.text, sentence=category != 1)
+                text = clean_answer(res.text, sentence=kind != LIST)
                 text = (text if _YES_NO.match(text) else drop_restated(text, items[i][0])) or self.not_mentioned
                 if self.answer_form != "free" and text != self.not_mentioned and not _YES_NO.match(text):
-                    text = snap(text, [e.content for e in evidence], items=category == 1)
+                    text = snap(text, [e.content for e in evidence], items=kind == LIST)
             out[i] = MasterAnswer(text, evidence, res.bill, res.text)
         return out
 
-    def respond(self, question: str, evidence: Sequence[Evidence], category: int | None = None,
-                adversarial: str | None = None) -> MasterAnswer:
+    def respond(self, question: str, evidence: Sequence[Evidence], kind: QuestionKind | None = None) -> MasterAnswer:
         """Answer from ``evidence`` as chosen (no selection, no cut)."""
-        return self.respond_batch([(question, evidence, category, adversarial)])[0]
+        return self.respond_batch([(question, evidence, kind)])[0]

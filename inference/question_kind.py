@@ -1,29 +1,40 @@
-"""The kind of a question, from its words alone: what ``/v1/ask`` knows when no category is sent.
+"""The kind of a question (:class:`QuestionKind`), from its words alone: what ``/v1/ask`` knows when no hint is sent.
 
 The master answers each kind in its own way (``inference/master.py``: a date for a temporal question, "Likely
-yes/no" for an inference, a list for a question that asks for several things, a short phrase otherwise). LoCoMo
-labels its questions with these kinds (categories 2, 3, 1, 4); a user of the service labels nothing, so the kind
-is predicted here by rules read off the train split's questions (``python -m bench.question_kind`` measures
-them). Whether a question rests on a false premise (LoCoMo's category 5) cannot be told from the question: it
-is never predicted.
+yes/no" for an inference, a list for a question that asks for several things, a short phrase for a fact). A user
+of the service labels nothing, so the kind is predicted here by rules read off the train split's questions
+(``python -m bench.question_kind`` measures them against a labelled set). Whether a question rests on a false
+premise cannot be told from the question: there is no such kind.
 
     >>> predict_kind("When did Caroline go to the LGBTQ support group?")
-    2
+    <QuestionKind.TEMPORAL: 'temporal'>
     >>> predict_kind("Would Caroline likely have Dr. Seuss books on her bookshelf?")
-    3
+    <QuestionKind.INFERENCE: 'inference'>
     >>> predict_kind("What activities does Melanie partake in?")
-    1
+    <QuestionKind.LIST: 'list'>
     >>> predict_kind("What did Caroline research?")
-    4
+    <QuestionKind.FACT: 'fact'>
 """
 
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 
-__all__ = ["LIST", "OTHER", "INFERENCE", "TEMPORAL", "is_choice", "is_yes_no", "predict_kind"]
+__all__ = ["QuestionKind", "is_choice", "is_yes_no", "predict_kind"]
 
-LIST, TEMPORAL, INFERENCE, OTHER = 1, 2, 3, 4  # LoCoMo's category numbers for the kinds
+
+class QuestionKind(StrEnum):
+    """How a question is answered: ``list`` (several things, comma-separated), ``temporal`` (a date),
+    ``inference`` (a guess: "Likely yes/no" or a phrase), ``fact`` (a short phrase from the evidence)."""
+
+    LIST = "list"
+    TEMPORAL = "temporal"
+    INFERENCE = "inference"
+    FACT = "fact"
+
+
+LIST, TEMPORAL, INFERENCE, FACT = QuestionKind.LIST, QuestionKind.TEMPORAL, QuestionKind.INFERENCE, QuestionKind.FACT
 
 TEMPORAL_RX = re.compile(
     r"^(?:when\b|since when\b|what (?:year|month|date|day|time)\b|in (?:which|what) (?:year|month)\b|"
@@ -61,15 +72,15 @@ def is_choice(question: str) -> bool:
     return bool(YES_NO_RX.match(q)) and _offers_options(q)
 
 
-def predict_kind(question: str) -> int:
-    """``TEMPORAL``, ``INFERENCE``, ``LIST`` or ``OTHER`` (checked in that order)."""
+def predict_kind(question: str) -> QuestionKind:
+    """``TEMPORAL``, ``INFERENCE``, ``LIST`` or ``FACT`` (checked in that order)."""
     q = question.strip()
     if TEMPORAL_RX.search(q):
         return TEMPORAL
     if is_choice(q):
-        return OTHER
+        return FACT
     if INFERENCE_RX.search(q):
         return INFERENCE
     if LIST_RX.search(q):
         return LIST
-    return OTHER
+    return FACT

@@ -25,29 +25,27 @@ Three ways to combine them (``RouterConfig.mode``):
 In union and fusion the newest segment can always be included (``include_newest``; in lines mode it competes
 line by line). The combined score
 of an activation is the fusion formula over the mode's own path scores (in union, the vec score
-is the best chunk's cosine rather than a top-chunk mean). Questions are embedded once per call;
-scoring is numpy over all segments and chunks at once.
+is the best chunk's cosine rather than a top-chunk mean). The router never embeds: the caller passes the
+vectors of the chunks (:meth:`EpisodicRouter.chunks_of`), summaries and questions; scoring is numpy over all
+segments and chunks at once (the pieces: ``memory/route_scoring.py``, lines mode's index: ``memory/line_index.py``).
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from core.config import RouterConfig
-from core.encoding import Encoder
 from memory.bm25 import BM25Factory, SparseBM25Index, bm25_index
+from memory.line_index import LineIndex
+from memory.route_scoring import chunk_text, minmax, top_chunk_means, top_k
 from memory.segmenter import Segment
 
-__all__ = ["PATHS", "Activation", "Encoder", "EpisodicRouter", "chunk_text"]
+__all__ = ["PATHS", "Activation", "EpisodicRouter", "chunk_text"]
 
 PATHS = ("global", "vec", "kw")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,140 +69,36 @@ class Activation:
     lines: tuple[int, ...] = ()
 
 
-def chunk_text(text: str, max_chars: int) -> list[str]:
-    """Pack sentences (split after ``.!?`` + whitespace) greedily into pieces of ≤ ``max_chars``.
-
-    As E-mem's ``chunk_text``: a sentence longer than ``max_chars`` is packed word by word, and a
-    single longer word stays whole; unlike it, the joining space counts towards the limit.
-    ``chunk_text("One. Two! Three?", 9) == ["One. Two!", "Three?"]``
-    """
-    if len(text) <= max_chars:
-        return [text]
-    chunks: list[str] = []
-    current = ""
-
-    def push(piece: str) -> None:
-        nonlocal current
-        if current and len(current) + 1 + len(piece) <= max_chars:
-            current += " " + piece
-            return
-        if current:
-            chunks.append(current)
-        current = piece
-
-    for sentence in _SENTENCE_END.split(text):
-        if len(sentence) <= max_chars:
-            push(sentence)
-        else:
-            for word in sentence.split():
-                push(word)
-    if current:
-        chunks.append(current)
-    return chunks
-
-
-def _minmax(x: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
-    """Row-wise min-max to [0, 1] over ``valid`` entries; flat rows and invalid entries -> 0."""
-    if x.shape[1] == 0:
-        return x
-    if valid is None:
-        valid = np.ones(x.shape[1], dtype=bool)
-    lo = np.where(valid, x, np.inf).min(axis=1, keepdims=True)
-    hi = np.where(valid, x, -np.inf).max(axis=1, keepdims=True)
-    span = hi - lo
-    ok = np.isfinite(span) & (span > 1e-10)
-    out = np.where(ok, (x - np.where(ok, lo, 0)) / np.where(ok, span, 1), 0.0)
-    return np.where(valid, out, 0.0)
-
-
-class _LineIndex:
-    """``lines`` mode: each chunk row's (line's) BM25 document, token count and turn id, in chunk-row order; a
-    turn repeated by a segment's overlap is routed at its first row only."""
-
-    def __init__(self, config: RouterConfig, factory: BM25Factory) -> None:
-        self.bm25 = bm25_index(config, factory)
-        self.tokens = np.zeros(0, dtype=np.int64)
-        self.turns: list[str] = []
-        self._stream: np.ndarray | None = None  # first rows of each turn, in row (stream) order
-
-    def add(self, segments: Sequence[Segment], chunk_lists: Sequence[Sequence[str]]) -> None:
-        tokens, turns = [], []
-        for seg, chunks in zip(segments, chunk_lists, strict=True):
-            kept = [(t, n) for line, t, n in zip(seg.lines, seg.turn_ids, seg.token_counts, strict=True) if line]
-            if len(kept) != len(chunks):  # a segment without a non-empty line: its text is one chunk
-                kept = [(seg.turn_ids[0] if seg.turn_ids else f"segment-{seg.id}", seg.tokens)]
-            turns += [t for t, _ in kept]
-            tokens += [n for _, n in kept]
-        self.bm25.add([c for chunks in chunk_lists for c in chunks])
-        self.tokens = np.concatenate([self.tokens, np.asarray(tokens, dtype=np.int64)])
-        self.turns += turns
-        self._stream = None
-
-    def drop(self, rows: Sequence[int]) -> None:
-        for r in sorted(rows, reverse=True):
-            self.bm25.replace(int(r), None)
-            del self.turns[int(r)]
-        self.tokens = np.delete(self.tokens, np.asarray(rows, dtype=np.int64))
-        self._stream = None
-
-    @property
-    def stream(self) -> np.ndarray:
-        if self._stream is None:
-            seen: set[str] = set()
-            first = []
-            for r, t in enumerate(self.turns):
-                if t not in seen:
-                    seen.add(t)
-                    first.append(r)
-            self._stream = np.asarray(first, dtype=np.int64)
-        return self._stream
-
-    def pick(self, score: np.ndarray, window: int, budget: int) -> list[int]:
-        """Rows routed for one question: the best-scored first rows (``score`` > 0; -inf where not eligible),
-        each with ``window`` eligible neighbours in stream order, while ``budget`` tokens last."""
-        stream = self.stream
-        ranked = score[stream]
-        order = np.argsort(-ranked, kind="stable").tolist()
-        s, rows, tokens = ranked.tolist(), stream.tolist(), self.tokens.tolist()
-        chosen: dict[int, None] = {}
-        used = 0
-        for p in order:
-            if not s[p] > 0 or used >= budget:  # NOTE: as fusion, a line with no signal (or not eligible) seeds nothing
-                break
-            for q in range(max(0, p - window), min(len(rows), p + window + 1)):
-                r = rows[q]
-                if r not in chosen and s[q] > -math.inf and used + tokens[r] <= budget:
-                    chosen[r] = None
-                    used += tokens[r]
-        return list(chosen)
-
-
 class EpisodicRouter:
-    """Indexes segments on three paths and routes questions to them. No Ray, no model inside."""
+    """Indexes segments on three paths and routes questions to them. No Ray, no model inside: every vector
+    (``dim`` wide) comes in with the call that needs it."""
 
-    _lines: _LineIndex | None = None  # NOTE: a class default, so that snapshots from before lines mode still load
+    _lines: LineIndex | None = None  # NOTE: a class default, so that snapshots from before lines mode still load
 
     def __init__(
         self,
-        encoder: Encoder,
+        dim: int,
         config: RouterConfig | None = None,
         bm25_factory: BM25Factory = SparseBM25Index,
     ) -> None:
-        self.encoder = encoder
         self.config = config or RouterConfig()
         c = self.config
         self._bm25 = bm25_index(c, bm25_factory)
         self._ids: list[int] = []
         self._row: dict[int, int] = {}
-        dim = encoder.dim
         self._summary_vecs = np.zeros((0, dim), dtype=np.float32)
         self._has_summary = np.zeros(0, dtype=bool)
         self._chunk_vecs = np.zeros((0, dim), dtype=np.float32)
         self._chunk_owner = np.zeros(0, dtype=np.int64)
         self._chunk_starts = np.zeros(0, dtype=np.int64)  # first chunk row of each segment
-        self._lines = _LineIndex(c, bm25_factory) if c.mode == "lines" else None
+        self._lines = LineIndex(c, bm25_factory) if c.mode == "lines" else None
 
     # -- indexing --------------------------------------------------------------------
+    @property
+    def dim(self) -> int:
+        """Width of every vector the router takes."""
+        return int(self._summary_vecs.shape[1])
+
     def __len__(self) -> int:
         return len(self._ids)
 
@@ -221,8 +115,12 @@ class EpisodicRouter:
             chunks = chunk_text(segment.text, self.config.chunk_chars)
         return chunks or [segment.text]
 
-    def add(self, segments: Iterable[Segment]) -> None:
-        """Index new segments (oldest first): summary, chunks and raw text. Ids must be new."""
+    def add(self, segments: Iterable[Segment], chunk_vectors: np.ndarray,
+            summary_vectors: np.ndarray | None = None) -> None:
+        """Index new segments (oldest first): chunks, summary and raw text. Ids must be new.
+
+        ``chunk_vectors``: one row per chunk of :meth:`chunks_of`, segment after segment; ``summary_vectors``: one
+        row per segment that has a summary, in order (None when none has)."""
         segments = list(segments)
         if not segments:
             return
@@ -234,17 +132,21 @@ class EpisodicRouter:
         first_row = len(self._ids)
         chunk_lists = [self.chunks_of(s) for s in segments]
         flat = [c for chunks in chunk_lists for c in chunks]
-        chunk_vecs = self.encoder.encode(flat)
+        chunk_vecs = np.asarray(chunk_vectors)
+        if chunk_vecs.shape != (len(flat), self.dim):
+            raise ValueError(f"{len(flat)} chunks of dim {self.dim} need as many vectors, got {chunk_vecs.shape}")
         sizes = np.array([len(chunks) for chunks in chunk_lists], dtype=np.int64)
         starts = len(self._chunk_owner) + np.concatenate([[0], np.cumsum(sizes)[:-1]])
         owners = np.repeat(np.arange(first_row, first_row + len(segments)), sizes)
 
-        summaries = np.zeros((len(segments), self.encoder.dim), dtype=np.float32)
+        summaries = np.zeros((len(segments), self.dim), dtype=np.float32)
         has = np.array([bool(s.summary) for s in segments])
         if has.any():
-            summaries[has] = self.encoder.encode([s.summary for s in segments if s.summary])
+            if summary_vectors is None:
+                raise ValueError(f"{int(has.sum())} segment(s) have a summary but no summary vector was passed")
+            summaries[has] = summary_vectors
 
-        # NOTE: every path grows before the ids do, so a failed encode leaves the router as it was.
+        # NOTE: every path grows before the ids do, so a bad vector argument leaves the router as it was.
         self._bm25.add([s.text for s in segments])
         if self._lines is not None:
             self._lines.add(segments, chunk_lists)
@@ -257,11 +159,14 @@ class EpisodicRouter:
             self._row[seg.id] = first_row + offset
             self._ids.append(seg.id)
 
-    def set_summary(self, segment_id: int, summary: str) -> None:
-        """Attach (or replace) a segment's summary once its assistant has written it."""
+    def set_summary(self, segment_id: int, summary: str, vector: np.ndarray | None) -> None:
+        """Attach (or replace) a segment's summary, with its ``vector``, once its assistant has written it; an empty
+        summary removes it (``vector`` unread)."""
         row = self._row[segment_id]
         if summary:
-            self._summary_vecs[row] = self.encoder.encode([summary])[0]
+            if vector is None:
+                raise ValueError("a summary needs its vector")
+            self._summary_vecs[row] = vector
         else:
             self._summary_vecs[row] = 0.0
         self._has_summary[row] = bool(summary)
@@ -306,20 +211,23 @@ class EpisodicRouter:
         reads them: the assistants' term match weighs words by it."""
         return self._bm25.term_idf(question)
 
-    def route(self, question: str, eligible: Collection[int] | None = None) -> list[Activation]:
-        """The segments to activate for one question, best first (the newest may come last); with ``eligible``
-        (segment ids) among those only (a scoped read: ``memory.scope``)."""
-        return self.route_batch([question], eligible)[0]
+    def route(self, question: str, vector: np.ndarray, eligible: Collection[int] | None = None) -> list[Activation]:
+        """The segments to activate for one question (``vector``: its query embedding), best first (the newest may
+        come last); with ``eligible`` (segment ids) among those only (a scoped read: ``memory.scope``)."""
+        return self.route_batch([question], np.asarray(vector)[None], eligible)[0]
 
-    def route_batch(self, questions: Sequence[str], eligible: Collection[int] | None = None) -> list[list[Activation]]:
-        """:meth:`route` for many questions, embedded in one encoder call."""
+    def route_batch(self, questions: Sequence[str], vectors: np.ndarray,
+                    eligible: Collection[int] | None = None) -> list[list[Activation]]:
+        """:meth:`route` for many questions (``vectors``: one query embedding per question)."""
         if not questions:
             return []
+        q = np.asarray(vectors)
+        if q.shape != (len(questions), self.dim):
+            raise ValueError(f"{len(questions)} questions of dim {self.dim} need as many vectors, got {q.shape}")
         ok = None if eligible is None else np.isin(np.asarray(self._ids, dtype=np.int64),
                                                    np.fromiter(eligible, dtype=np.int64))
         if not self._ids or (ok is not None and not ok.any()):
             return [[] for _ in questions]
-        q = self.encoder.encode(list(questions), is_query=True)
         chunk_sims = q @ self._chunk_vecs.T  # (nq, m)
         if self.config.mode == "lines":  # NOTE: lines mode reads neither summaries nor the segments' BM25
             routed = [self._by_lines(text, chunk_sims[i], ok) for i, text in enumerate(questions)]
@@ -330,7 +238,7 @@ class EpisodicRouter:
             vec = np.maximum.reduceat(chunk_sims, self._chunk_starts, axis=1)
             routed = [self._union(glob[i], vec[i], kw[i], ok) for i in range(len(questions))]
         else:
-            vec, in_top = self._top_chunk_means(chunk_sims)
+            vec, in_top = top_chunk_means(chunk_sims, self._chunk_owner, len(self._ids), self.config.top_chunks)
             routed = [self._fusion(glob[i], vec[i], in_top[i], kw[i], ok) for i in range(len(questions))]
         return self._with_line_scores(routed, chunk_sims)
 
@@ -347,25 +255,11 @@ class EpisodicRouter:
         start = int(self._chunk_starts[row])
         return start, int(self._chunk_starts[row + 1]) if row + 1 < len(self._ids) else len(self._chunk_owner)
 
-    def _top_chunk_means(self, sims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per segment: mean cosine of its chunks in each row's top ``top_chunks``, and whether any is."""
-        nq, m = sims.shape
-        n = len(self._ids)
-        top = min(self.config.top_chunks, m)
-        # NOTE: a stable sort, not argpartition: ties (common at cosine 0) must resolve the same way on
-        # every call, and a tied chunk that gets in lowers its segment's mean.
-        idx = np.argsort(-sims, axis=1, kind="stable")[:, :top]
-        keys = (np.arange(nq)[:, None] * n + self._chunk_owner[idx]).ravel()
-        sums = np.bincount(keys, weights=np.take_along_axis(sims, idx, axis=1).ravel(), minlength=nq * n)
-        counts = np.bincount(keys, minlength=nq * n)
-        means = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
-        return means.reshape(nq, n), (counts > 0).reshape(nq, n)
-
     def _combined(self, glob: np.ndarray, vec: np.ndarray, kw: np.ndarray) -> tuple[np.ndarray, ...]:
         c = self.config
-        a = _minmax(glob[None], self._has_summary)[0]
-        b = _minmax(vec[None])[0]
-        k = _minmax(kw[None])[0]
+        a = minmax(glob[None], self._has_summary)[0]
+        b = minmax(vec[None])[0]
+        k = minmax(kw[None])[0]
         return c.global_weight * a + c.vec_weight * b + c.kw_weight * k, a, b, k
 
     def _union(self, glob: np.ndarray, vec: np.ndarray, kw: np.ndarray, ok: np.ndarray | None) -> list[Activation]:
@@ -379,7 +273,7 @@ class EpisodicRouter:
         ):
             if ok is not None:
                 eligible = ok if eligible is None else eligible & ok
-            for row in _top_k(scores, k, eligible):
+            for row in top_k(scores, k, eligible):
                 hits.setdefault(int(row), set()).add(path)
         rows = sorted(hits, key=lambda r: (-combined[r], r))
         return self._activations(rows, hits, combined, glob, vec, kw, ok=ok)
@@ -416,7 +310,7 @@ class EpisodicRouter:
             raise RuntimeError("router: lines mode needs its line index (built when the router was made in lines mode)")
         kw = index.bm25.scores(question)
         valid = None if ok is None else ok[self._chunk_owner]
-        vec_n, kw_n = _minmax(sims[None], valid)[0], _minmax(kw[None], valid)[0]
+        vec_n, kw_n = minmax(sims[None], valid)[0], minmax(kw[None], valid)[0]
         score = c.vec_weight * vec_n + c.kw_weight * kw_n
         if valid is not None:
             score = np.where(valid, score, -np.inf)
@@ -459,10 +353,3 @@ class EpisodicRouter:
             out.append(Activation(self._ids[r], float(combined[r]), paths, scores, newest=r == newest))
         return out
 
-
-def _top_k(scores: np.ndarray, k: int, eligible: np.ndarray | None) -> np.ndarray:
-    """Rows of the ``k`` highest ``scores`` among ``eligible`` (ties: lower row first)."""
-    rows = np.arange(len(scores)) if eligible is None else np.flatnonzero(eligible)
-    if k <= 0 or len(rows) == 0:
-        return rows[:0]
-    return rows[np.argsort(-scores[rows], kind="stable")[:k]]

@@ -6,6 +6,7 @@ counted as *essential* when importance >= the essential threshold). A read searc
 the threshold, or the query's entities are not all in L1's most similar item. Candidates
 are scored ``sim^3 + 0.8 * shared entities + 0.1 * importance`` and optionally re-ranked.
 With ``config.l2 = None`` the memory is a single tier (the unbounded "oracle" baseline).
+No model inside: writes bring their items' vectors and reads their query's (``dim`` wide, unit length).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -22,14 +23,6 @@ from memory.entities import EntityExtractor, EntityVocab
 from memory.hnsw_index import AdaptiveIndex
 from memory.rerank import Reranker
 from memory.tier import IndexFactory, ItemId, MemoryItem, TierShard
-
-
-class Encoder(Protocol):
-    """Text -> unit-length float32 rows (inner product = cosine)."""
-
-    dim: int
-
-    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray: ...
 
 
 @dataclass
@@ -58,23 +51,27 @@ class TieredMemory:
     def __init__(
         self,
         config: TierMemoryConfig,
-        encoder: Encoder,
+        dim: int,
         *,
         reranker: Reranker | None = None,
         index_factory: IndexFactory = AdaptiveIndex,
     ) -> None:
         self.config = config
-        self.encoder = encoder
         self.reranker = reranker
         self.stats = MemoryStats()
         self._extract = EntityExtractor(config.entities.patterns)
         self._vocab = EntityVocab()
         self._clock = 0
         single = config.l2 is None
-        self.l1 = TierShard(encoder.dim, config.l1, config.eviction, name="l1", last_tier=single,
+        self.l1 = TierShard(dim, config.l1, config.eviction, name="l1", last_tier=single,
                             index_factory=index_factory)
-        self.l2 = None if single else TierShard(encoder.dim, config.l2, config.eviction, name="l2",
+        self.l2 = None if single else TierShard(dim, config.l2, config.eviction, name="l2",
                                                 last_tier=True, index_factory=index_factory)
+
+    @property
+    def dim(self) -> int:
+        """Width of the vectors the memory takes."""
+        return self.l1.dim
 
     def _tick(self) -> int:
         self._clock += 1
@@ -89,13 +86,13 @@ class TieredMemory:
         self,
         texts: Sequence[str],
         *,
+        vectors: np.ndarray,
         ids: Sequence[ItemId] | None = None,
         importance: Sequence[float] | None = None,
-        vectors: np.ndarray | None = None,
         metadata: Sequence[dict[str, Any] | None] | None = None,
         created_at: float | None = None,
     ) -> list[ItemId]:
-        """Store texts (embedding them unless ``vectors`` is given); returns their ids. ``created_at``: the items'
+        """Store texts with their ``vectors`` (one row each); returns their ids. ``created_at``: the items'
         creation time (default: now; a journal replay passes the time of the original write)."""
         n = len(texts)
         ids = list(ids) if ids is not None else [self.stats.added + i for i in range(n)]
@@ -103,10 +100,8 @@ class TieredMemory:
         for name, seq in (("ids", ids), ("importance", importance), ("metadata", metadata)):
             if seq is not None and len(seq) != n:
                 raise ValueError(f"{name} has {len(seq)} entries for {n} texts")
-        if vectors is None:
-            vectors = self.encoder.encode(texts)
-        if vectors.shape != (n, self.encoder.dim):
-            raise ValueError(f"vectors must have shape ({n}, {self.encoder.dim}), got {vectors.shape}")
+        if vectors.shape != (n, self.dim):
+            raise ValueError(f"vectors must have shape ({n}, {self.dim}), got {vectors.shape}")
         now = time.time() if created_at is None else float(created_at)
         items = []
         for i, text in enumerate(texts):
@@ -197,16 +192,17 @@ class TieredMemory:
             return True
         return gate.check_entities and not np.isin(query_entities, self.l1.entity_ids[slots[0]]).all()
 
-    def retrieve(self, query: str, k: int | None = None, *, vector: np.ndarray | None = None,
+    def retrieve(self, query: str, k: int | None = None, *, vector: np.ndarray,
                  where: Callable[[dict[str, Any] | None], bool] | None = None) -> list[Hit]:
-        """The k best memories for ``query`` (embedded here unless ``vector`` is given); with ``where`` (a test
-        of an item's metadata, e.g. ``memory.scope.MemoryFilter.matches``) among the items it accepts only —
-        the gate then judges L1 by its accepted items."""
+        """The k best memories for ``query`` (``vector``: its query embedding; the text gives the query's entities
+        and the re-ranker's input); with ``where`` (a test of an item's metadata, e.g.
+        ``memory.scope.MemoryFilter.matches``) among the items it accepts only — the gate then judges L1 by its
+        accepted items."""
         cfg = self.config
         k = k or cfg.k
         clock = self._tick()
         self.stats.queries += 1
-        q = vector if vector is not None else self.encoder.encode([query], is_query=True)[0]
+        q = vector
         q_entities = self._vocab.lookup(self._extract(query))
         allowed = {t.name: None if where is None else t.allowed(where) for t in self.tiers}
 

@@ -33,12 +33,13 @@ from core.tracing import annotate, span, text
 from cores.tenant_episodes import RouteResult
 from inference.assistant import SegmentQuery, fuse
 from inference.master import MasterAnswer
+from inference.question_kind import QuestionKind
 from memory.scope import MemoryFilter, Scope
 from memory.tiered_memory import Hit
 from pipeline.shards import Shards, assistants, router, tier
 
-# (question, evidence in routing order, category or None, adversarial answer or None) -> the master's answer
-AnswerStep = Callable[[str, Sequence[Evidence], int | None, str | None], Awaitable[MasterAnswer]]
+# (question, evidence in routing order, the question's kind or None to predict it) -> the master's answer
+AnswerStep = Callable[[str, Sequence[Evidence], QuestionKind | None], Awaitable[MasterAnswer]]
 
 
 @dataclass
@@ -119,15 +120,14 @@ class ReadPath:
             bill += b
         return [by_rank[r] for r in sorted(by_rank)] + list(open_found), bill
 
-    async def ask(self, tenant: str, question: str, vector: np.ndarray, *, category: int | None = None,
-                  adversarial: str | None = None, scope: Scope | None = None) -> AskResult:
-        """Route, extract, answer. ``category`` / ``adversarial``: the question's kind and the answer a
-        category-5 question tempts with, when the caller knows them (``/v1/ask`` takes an optional category).
-        ``scope``: answer from the turns of that agent / run only."""
+    async def ask(self, tenant: str, question: str, vector: np.ndarray, *, kind: QuestionKind | None = None,
+                  scope: Scope | None = None) -> AskResult:
+        """Route, extract, answer. ``kind``: how to answer, when the caller knows (``/v1/ask`` takes an optional
+        hint; without one the master predicts it). ``scope``: answer from the turns of that agent / run only."""
         route = await self.route(tenant, question, vector, scope)
         evidence, bill = await self.extract(tenant, question, route)
-        with span("master.answer", evidence_offered=len(evidence), category=category) as sp:
-            answer = await self.master(question, evidence, category, adversarial)
+        with span("master.answer", evidence_offered=len(evidence), kind=kind) as sp:
+            answer = await self.master(question, evidence, kind)
             annotate(sp, evidence_turn_ids=[e.turn_id for e in answer.evidence], model_calls=answer.bill.calls,
                      prompt_tokens=answer.bill.prompt_tokens, completion_tokens=answer.bill.completion_tokens)
             text(sp, answer=answer.text)

@@ -45,7 +45,7 @@ class IncomingTurn(Protocol):
 
 
 def format_date_time(ts: datetime) -> str:
-    """LoCoMo's style: ``format_date_time(datetime(2023, 5, 8, 13, 56)) == '1:56 pm on 8 May, 2023'``."""
+    """The rendered time of a turn: ``format_date_time(datetime(2023, 5, 8, 13, 56)) == '1:56 pm on 8 May, 2023'``."""
     hour = ts.hour % 12 or 12
     return f"{hour}:{ts.minute:02d} {'am' if ts.hour < 12 else 'pm'} on {ts.day} {ts.strftime('%B')}, {ts.year}"
 

@@ -15,6 +15,7 @@ from core.config import EngramConfig
 from core.evidence import Evidence
 from inference.admission import Decision
 from inference.master import Master, MasterAnswer
+from inference.question_kind import QuestionKind
 from serve.pool import PoolEngine, TokenizerCounter, use_cores
 
 
@@ -78,8 +79,8 @@ class MasterService:
         count("warm up")  # NOTE: load the tokenizer now, not under the first requests
         self.master = Master(engine, cfg.episodic, count)
 
-    async def answer(self, question: str, evidence: Sequence[Evidence], category: int | None = None,
-                     adversarial: str | None = None, trace: dict[str, str] | None = None) -> MasterAnswer:
+    async def answer(self, question: str, evidence: Sequence[Evidence], kind: QuestionKind | None = None,
+                     trace: dict[str, str] | None = None) -> MasterAnswer:
         """``trace``: the caller's span context (``core.tracing.carrier``); the model calls become its children."""
         with tracing.attach(trace):  # NOTE: to_thread copies the context, so the pool's spans join the trace
-            return await asyncio.to_thread(self.master.answer, question, list(evidence), category, adversarial)
+            return await asyncio.to_thread(self.master.answer, question, list(evidence), kind)

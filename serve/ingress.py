@@ -1,10 +1,10 @@
 """The HTTP API (FastAPI behind Ray Serve): ``MemoryAPI`` maps requests onto the pipelines and back.
 
-The work is done by plain classes over the cluster's shards (``serve.actor_shards.ActorShards``): the write
-path (``pipeline/write_path.py``), the read path (``pipeline/read_path.py``: route -> assistants -> master, the
-same class the LoCoMo benchmark answers through), the background summariser (``pipeline/summariser.py``) and the
-tenant operations (``pipeline/tenant_ops.py``). This module validates requests, checks API keys
-(``serve/middleware.py``, then :func:`authorize` in every endpoint), records metrics and shapes responses.
+The work is done by the service's memory (``pipeline.assembly.build_memory``, the same assembly the benchmarks
+and tests build) over the cluster's shards (``serve.actor_shards.ActorShards``): the write path, the read path
+(route -> assistants -> master), the background summariser and the tenant operations. This module validates
+requests, checks API keys (``serve/middleware.py``, then :func:`authorize` in every endpoint), records metrics and
+shapes responses.
 """
 
 from __future__ import annotations
@@ -29,11 +29,9 @@ from core.errors import InvalidRequestError, PayloadTooLargeError
 from core.generation import TokenBill
 from cores.tenant_episodes import RouteResult
 from cores.tenant_export import InvalidExport, parse_import
+from inference.question_kind import QuestionKind
 from memory.scope import MemoryFilter, Scope, event_time
-from pipeline.read_path import ReadPath
-from pipeline.summariser import Summariser
-from pipeline.tenant_ops import TenantOps
-from pipeline.write_path import WritePath, turn_records
+from pipeline.assembly import build_memory
 from serve import middleware
 from serve import schemas as s
 from serve.actor_shards import ActorShards
@@ -118,14 +116,11 @@ class MemoryAPI:
             use_cores(self.config.embedder.num_threads)
             encoder = build_query_encoder(self.config.embedder, self.config.paths.cache_dir)
             self._query_embedder = QueryBatcher(encoder.encode)
-        shards = ActorShards(self.config, self.topology)
-        classify = None if admission is None else self._classify
-        self.writes = WritePath(self.config, shards, self._embed, classify)
-        self.reads = ReadPath(shards, self._answer, lines_per_segment=self.config.episodic.lines_per_segment,
-                              ask_timeout_s=self.config.cluster.ask_timeout_s)
-        self.summariser = Summariser(self.config.cluster, shards, self._embed,
-                                     on_bill=lambda bill: _count_tokens("summary", bill))
-        self.ops = TenantOps(shards, self.summariser.queue if self.config.cluster.summaries else None)
+        self.memory = build_memory(self.config, ActorShards(self.config, self.topology), embed=self._embed,
+                                   answer=self._answer, classify=None if admission is None else self._classify,
+                                   on_summary_bill=lambda bill: _count_tokens("summary", bill))
+        self.writes, self.reads = self.memory.writes, self.memory.reads
+        self.summariser, self.ops = self.memory.summariser, self.memory.ops
         try:  # NOTE: create (or attach to) the actors now rather than on the first request
             self._warming = asyncio.get_running_loop().create_task(self.topology())
         except RuntimeError:
@@ -150,8 +145,8 @@ class MemoryAPI:
         with tracing.span("admission.classify", chunks=len(chunks)):
             return await self.admission.classify.remote(chunks)
 
-    async def _answer(self, question: str, evidence: list, category: int | None, adversarial: str | None) -> Any:
-        return await self.master.answer.remote(question, list(evidence), category, adversarial, tracing.carrier())
+    async def _answer(self, question: str, evidence: list, kind: QuestionKind | None) -> Any:
+        return await self.master.answer.remote(question, list(evidence), kind, tracing.carrier())
 
     # -- writes ------------------------------------------------------------------------------
     @app.post("/v1/turns", response_model=s.AddTurnsResponse, summary="Add turns (admission decides what is kept)")
@@ -159,7 +154,7 @@ class MemoryAPI:
                         key: ApiKey | None = Security(API_KEY)) -> s.AddTurnsResponse:
         authorize(key, req.user_id)
         async with self.summariser.writing():
-            turns = turn_records(req.turns, datetime.now(UTC), self.config.episodic.ground_dates)
+            turns = self.memory.records(req.turns, datetime.now(UTC))
             with tracing.span("POST /v1/turns", user_id=req.user_id, turns=len(turns), agent_id=req.agent_id,
                               run_id=req.run_id) as sp:
                 report = await self.writes.add_turns(req.user_id, turns, agent_id=req.agent_id, run_id=req.run_id,
@@ -201,11 +196,11 @@ class MemoryAPI:
     async def ask(self, req: s.AskRequest,
                   key: ApiKey | None = Security(API_KEY)) -> s.AskResponse:
         authorize(key, req.user_id)
-        with tracing.span("POST /v1/ask", user_id=req.user_id, category=req.category, agent_id=req.agent_id,
+        with tracing.span("POST /v1/ask", user_id=req.user_id, kind=req.kind, agent_id=req.agent_id,
                           run_id=req.run_id) as sp:
             tracing.text(sp, question=req.question)
             q = (await self._embed([req.question], is_query=True))[0]
-            result = await self.reads.ask(req.user_id, req.question, q, category=req.category,
+            result = await self.reads.ask(req.user_id, req.question, q, kind=req.kind,
                                           scope=Scope(req.agent_id, req.run_id))
             b = result.assistant_bill + result.answer.bill
             tracing.annotate(sp, segments=result.segments, evidence=len(result.answer.evidence),

@@ -3,7 +3,7 @@
 A *tenant* is a ``user_id``: every memory, segment and index entry belongs to exactly one. Inside it,
 ``agent_id`` and ``run_id`` are scopes (``memory/scope.py``): a write names them, and search, ask, list and
 delete can be limited to them. ``session_id`` is kept with each memory as metadata only. Turn ids are unique
-within a tenant (the client's, e.g. LoCoMo's ``D1:3``, or a generated one); adding an id again replaces it.
+within a tenant (the client's, e.g. ``D1:3``, or a generated one); adding an id again replaces it.
 The bounds below are the API's limits; a request beyond them gets a 422 that names the field.
 """
 
@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
+from inference.question_kind import QuestionKind
 from memory.scope import RESERVED_KEYS
 
 MAX_TURN_CHARS = 8_000
@@ -156,9 +157,9 @@ class SearchResponse(_Body):
 class AskRequest(_Body):
     user_id: Identifier
     question: QueryText
-    category: int | None = Field(
-        None, ge=1, le=5, description="LoCoMo category hint (2 = temporal, 5 = adversarial); without one the master "
-        "reads the question's kind from its words (temporal, inference, list or other)."
+    kind: QuestionKind | None = Field(
+        None, description="How to answer: list (several things), temporal (a date), inference (a likely yes/no or "
+        "a guess) or fact (a short phrase). Without it the master reads the kind from the question's words."
     )
     agent_id: Identifier | None = Field(None, description="Answer from this agent's turns only.")
     run_id: Identifier | None = Field(None, description="Answer from this run's turns only.")

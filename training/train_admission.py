@@ -5,11 +5,11 @@
 Labels (docs/admission.md):
 - operation: a train turn whose ``dia_id`` is in some question's ``evidence`` -> ADD, else NOOP
   (LoCoMo evidence annotations; ~24% ADD over all 10 conversations);
-- content type (ADD turns only): ``admission.type_labels`` — by default the teacher's labels committed in
+- content type (ADD turns only): ``training.admission.type_labels`` — by default the teacher's labels committed in
   ``bench/labels/content_types_teacher.jsonl`` (``python -m training.content_teacher``: Qwen2.5-Coder-1.5B
   restricted to the six types), or ``rule``: :func:`inference.admission.content_type_rule`, a keyword rule.
 
-Conversations 1–7 are the train split; ``admission.holdout_conversation`` (default conv-47) is held out for
+Conversations 1–7 are the train split; ``training.admission.holdout_conversation`` (default conv-47) is held out for
 early stopping and for the decision threshold (the one with the best held-out F1). The test split is never
 read here. Every turn is embedded once (cached under ``<cache_dir>/embeddings``); chunks are index lists into
 that matrix, so an epoch costs only projector + frozen backbone passes. Only projector and heads train.
@@ -38,7 +38,7 @@ from torch import nn
 from tqdm import tqdm
 
 from cluster.embedding_cache import embed_cached
-from core.config import AdmissionConfig, EngramConfig, load_config
+from core.config import AdmissionTrainingConfig, EngramConfig, load_config
 from inference.admission import (
     CONTENT_TYPES,
     OPS,
@@ -74,7 +74,7 @@ def type_labeller(type_labels: str) -> Callable[[str, Any], int]:
         return lambda _sample_id, turn: CONTENT_TYPES.index(content_type_rule(turn.text))
     path = teacher_labels_path(type_labels)
     if not path.exists():
-        raise FileNotFoundError(f"admission.type_labels={type_labels!r}: no label file at {path} "
+        raise FileNotFoundError(f"training.admission.type_labels={type_labels!r}: no label file at {path} "
                                 "(write it with python -m training.content_teacher, or use 'rule')")
     labels = load_labels(path)
     return lambda sample_id, turn: (CONTENT_TYPES.index(labels[(sample_id, turn.dia_id)])
@@ -193,7 +193,7 @@ class FitResult:
 
 
 def fit(
-    model: AdmissionModel, train: ChunkSet, holdout: ChunkSet, cfg: AdmissionConfig, progress: bool = True
+    model: AdmissionModel, train: ChunkSet, holdout: ChunkSet, cfg: AdmissionTrainingConfig, progress: bool = True
 ) -> FitResult:
     """Train projector + heads; keep the epoch with the best held-out F1 (its threshold chosen on held-out)."""
     torch.manual_seed(cfg.seed)
@@ -272,15 +272,16 @@ def run(cfg: EngramConfig, *, limit: int | None = None, progress: bool = True,
     from memory.segmenter import render_turn
     from serve.embedder import Embedder
 
-    acfg = cfg.admission
+    acfg, tcfg = cfg.admission, cfg.training.admission
     convs = split(load_locomo(cfg.data.locomo_path), "train")
-    if acfg.holdout_conversation not in {c.sample_id for c in convs}:
-        raise ValueError(f"admission.holdout_conversation={acfg.holdout_conversation!r} is not a train conversation")
+    if tcfg.holdout_conversation not in {c.sample_id for c in convs}:
+        raise ValueError(f"training.admission.holdout_conversation={tcfg.holdout_conversation!r} is not a train "
+                         "conversation")
     if limit:  # smoke runs: the first `limit` turns of each conversation
         convs = [type(c)(c.sample_id, c.speakers, c.turns[:limit], c.questions) for c in convs]
-    train_convs = [c for c in convs if c.sample_id != acfg.holdout_conversation]
-    hold_convs = [c for c in convs if c.sample_id == acfg.holdout_conversation]
-    type_of = type_labeller(acfg.type_labels)
+    train_convs = [c for c in convs if c.sample_id != tcfg.holdout_conversation]
+    hold_convs = [c for c in convs if c.sample_id == tcfg.holdout_conversation]
+    type_of = type_labeller(tcfg.type_labels)
     embedder = Embedder(cfg.embedder)
     sets = []
     for name, group in (("train", train_convs), ("holdout", hold_convs)):
@@ -291,29 +292,30 @@ def run(cfg: EngramConfig, *, limit: int | None = None, progress: bool = True,
     unlabelled = int(((train.op == 1) & (train.ctype == IGNORE)).sum())
     if unlabelled:
         log.warning("%d train ADD turns have no content-type label in %s (left out of the type loss)", unlabelled,
-                    acfg.type_labels)
-    torch.manual_seed(acfg.seed)
+                    tcfg.type_labels)
+    torch.manual_seed(tcfg.seed)
     model = AdmissionModel(load_backbone(acfg.backbone, cfg.paths.cache_dir, acfg.device), embedder.dim,
-                           acfg.projector_hidden, exit_layer=acfg.exit_layer).to(acfg.device)
+                           acfg.projector_hidden, exit_layer=tcfg.exit_layer).to(acfg.device)
     trainable = model.trainable_parameters()
     total = sum(p.numel() for p in model.parameters())
     print(f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / total:.2f}%); "
           f"train chunks {len(train.rows)} ({int(train.op.sum())} ADD), held-out {len(holdout.rows)} "
-          f"({int(holdout.op.sum())} ADD, {acfg.holdout_conversation}); exit after {model.exit_layer} layers",
+          f"({int(holdout.op.sum())} ADD, {tcfg.holdout_conversation}); exit after {model.exit_layer} layers",
           flush=True)
-    result = fit(model, train, holdout, acfg, progress=progress)
+    result = fit(model, train, holdout, tcfg, progress=progress)
     settings = {
         "backbone": acfg.backbone, "exit_layer": model.exit_layer, "embedder": embedder.name,
         "embed_dim": embedder.dim, "projector_hidden": acfg.projector_hidden, "max_turns": acfg.max_turns,
         "ops": list(OPS), "content_types": list(CONTENT_TYPES),
-        "label_source": label_source(acfg.type_labels),
-        "threshold": result.threshold, "holdout_conversation": acfg.holdout_conversation,
+        "label_source": label_source(tcfg.type_labels),
+        "threshold": result.threshold, "holdout_conversation": tcfg.holdout_conversation,
         "holdout_f1": result.holdout_f1, "history": result.history, "train_seconds": round(result.seconds, 1),
         "trainable_params": trainable, "total_params": total, "class_weights": class_weights(train.op).tolist(),
         "train_chunks": len(train.rows), "train_add": int(train.op.sum()), "limit": limit,
-        "config": acfg.model_dump(), "trained_from": provenance(Path(cfg.data.locomo_path)),
-        "type_labels_sha256": None if acfg.type_labels == "rule" else hashlib.sha256(
-            teacher_labels_path(acfg.type_labels).read_bytes()).hexdigest(),
+        "config": acfg.model_dump(), "training": tcfg.model_dump(),
+        "trained_from": provenance(Path(cfg.data.locomo_path)),
+        "type_labels_sha256": None if tcfg.type_labels == "rule" else hashlib.sha256(
+            teacher_labels_path(tcfg.type_labels).read_bytes()).hexdigest(),
     }
     out_dir = out_dir or weights_dir(cfg.paths.cache_dir)
     save(out_dir, model, result, settings)
@@ -325,21 +327,22 @@ def run(cfg: EngramConfig, *, limit: int | None = None, progress: bool = True,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.train_admission", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default=None, help="config profile (default: $ENGRAM_PROFILE or cpu)")
-    parser.add_argument("--epochs", type=int, default=None, help="override admission.epochs")
-    parser.add_argument("--max-minutes", type=float, default=None, help="override admission.max_train_minutes")
+    parser.add_argument("--epochs", type=int, default=None, help="override training.admission.epochs")
+    parser.add_argument("--max-minutes", type=float, default=None, help="override training.admission.max_train_minutes")
     parser.add_argument("--limit", type=int, default=None, help="smoke run: first N turns of each conversation")
     parser.add_argument("--exit-layer", type=int, default=None,
-                        help="heads read the hidden state after K backbone layers (override admission.exit_layer)")
+                        help="heads read the hidden state after K backbone layers "
+                        "(override training.admission.exit_layer)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default <cache_dir>/admission)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
     cfg = load_config(args.profile)
     if args.epochs is not None:
-        cfg.admission.epochs = args.epochs
+        cfg.training.admission.epochs = args.epochs
     if args.max_minutes is not None:
-        cfg.admission.max_train_minutes = args.max_minutes
+        cfg.training.admission.max_train_minutes = args.max_minutes
     if args.exit_layer is not None:
-        cfg.admission.exit_layer = args.exit_layer
+        cfg.training.admission.exit_layer = args.exit_layer
     settings = run(cfg, limit=args.limit, out_dir=args.out)
     print(json.dumps({k: settings[k] for k in ("exit_layer", "trainable_params", "threshold", "holdout_f1",
                                                "train_seconds")}))

@@ -5,8 +5,8 @@ form from the master's own prompt::
 
 Examples: every question of the train conversations (1–7) **except the dev set's** (``bench.locomo --split dev``:
 the first 5 of each category of each conversation, kept out so the dev loop measures the tuned reader on questions
-it never saw), whose kind read from its words (``inference.question_kind.predict_kind``, what ``/v1/ask`` does without a
-category) gets a free answer — not the temporal kind (the master answers those with a chosen line's date) and not
+it never saw), whose kind read from its words (``inference.question_kind.predict_kind``, what ``/v1/ask`` does without
+a kind hint) gets a free answer — not the temporal kind (the master answers those with a chosen line's date) and not
 category 5 (no answer to learn). The prompt is the master's request (``inference.master.Master.request``: system
 text, the worked example, the evidence lines oldest first with grounded dates, the question, the kind's
 instruction), so the reader is tuned on exactly what it reads in the service. Its evidence: the question's gold
@@ -43,7 +43,7 @@ from core.lora import adapter_state, attach
 from core.model_store import ADAPTER_FILE, ADAPTER_SETTINGS, resolve_model
 from corpora.locomo import DEV_PER_CATEGORY, Conversation, Question, Turn, select_questions
 from inference.master import Master, dialogue_order
-from inference.question_kind import predict_kind
+from inference.question_kind import TEMPORAL, QuestionKind, predict_kind
 from memory.bm25 import bm25_index
 from memory.segmenter import render_turn
 from memory.time_expressions import anchor_of
@@ -59,7 +59,7 @@ class ReaderExample:
 
     conv_id: str
     question: str
-    kind: int
+    kind: QuestionKind
     evidence: list[Evidence]
     answer: str
 
@@ -88,7 +88,7 @@ def reader_examples(conversations: Sequence[Conversation], skip: set[tuple[str, 
         for i, q in enumerate(conv.questions):
             kind = predict_kind(q.question)
             gold = [turns[e] for e in q.evidence if e in turns][:lines]
-            if (conv.sample_id, i) in skip or q.category == 5 or kind in (2, 5) or not gold or not gold_answer(q):
+            if (conv.sample_id, i) in skip or q.category == 5 or kind == TEMPORAL or not gold or not gold_answer(q):
                 continue
             taken = {t.dia_id for t in gold}
             ranked = [conv.turns[j] for j in index.scores(q.question).argsort()[::-1]]
@@ -108,10 +108,10 @@ class _Frame:
 
 def encode(example: ReaderExample, master: Master, tokenizer: Any, end_id: int) -> tuple[list[int], list[int]]:
     """(prompt ids as the engine renders the master's request, answer ids + end-of-turn)."""
-    from serve.engine import render_prompt
+    from serve.request_tokens import render_prompt
 
     evidence = master.fit(example.evidence, example.question)
-    request = master.request(example.question, sorted(evidence, key=dialogue_order), example.kind, None)
+    request = master.request(example.question, sorted(evidence, key=dialogue_order), example.kind)
     return render_prompt(tokenizer, request), [*tokenizer(example.answer, add_special_tokens=False).input_ids, end_id]
 
 

@@ -15,11 +15,10 @@ from core.config import ROLES, EngramConfig, Role
 from core.encoding import Encoder
 from core.evidence import Evidence, dedupe_evidence
 from inference.master import Master, MasterAnswer, token_counter
+from inference.question_kind import QuestionKind
 from memory.segmenter import Segment
-from pipeline.read_path import ReadPath
+from pipeline.assembly import build_memory
 from pipeline.shards import LocalShards
-from pipeline.summariser import Summariser
-from pipeline.write_path import WritePath, turn_records
 
 
 class InProcessService:
@@ -40,40 +39,35 @@ class InProcessService:
         # NOTE: segments are sized in the assistants' tokens, the master's prompt in the master's (as in the service)
         self.shards = LocalShards(config, dim=encoder.dim, engines=engines, count_tokens=count["assistant"])
         self.master = Master(engines["master"], config.episodic, count["master"])
-        # NOTE: store-all admission (classify=None): the benchmark measures episodic memory, not admission
-        self.writes = WritePath(config, self.shards, self._embed, None)
-        self.summariser = Summariser(config.cluster, self.shards, self._embed)
-        self.reads = ReadPath(self.shards, self._master, lines_per_segment=config.episodic.lines_per_segment)
+        # NOTE: store-all admission (no classifier): the benchmark measures episodic memory, not admission
+        self.memory = build_memory(config, self.shards, embed=self._embed, answer=self._master)
 
     async def _embed(self, texts: list[str]) -> np.ndarray:
         return self.encoder.encode(texts)
 
-    async def _master(self, question: str, evidence: Sequence[Evidence], category: int | None,
-                      adversarial: str | None) -> MasterAnswer:
+    async def _master(self, question: str, evidence: Sequence[Evidence], kind: QuestionKind | None) -> MasterAnswer:
         # NOTE: in a worker thread, as the shards' calls: the engine may be a Serve handle (blocking result())
-        return await asyncio.to_thread(self.master.answer, question, evidence, category, adversarial)
+        return await asyncio.to_thread(self.master.answer, question, evidence, kind)
 
     def ingest(self, turns: Sequence[Any]) -> None:
         asyncio.run(self._ingest(turns))
 
     async def _ingest(self, turns: Sequence[Any]) -> None:
         for tenant, session, chunk in locomo_batches(turns, self.tenant, self.batch):
-            report = await self.writes.add_turns(tenant, turn_records(chunk, chunk[0].timestamp,
-                                                                      self.config.episodic.ground_dates),
-                                                 session_id=session)
+            report = await self.memory.writes.add_turns(tenant, self.memory.records(chunk, chunk[0].timestamp),
+                                                        session_id=session)
             if self.config.cluster.summaries:
-                self.summariser.add(tenant, report.closed)
-        await self.summariser.drain()
+                self.memory.summariser.add(tenant, report.closed)
+        await self.memory.summariser.drain()
 
     def share_ingest(self, other: InProcessService) -> None:
         """Read what ``other`` (same ``ingest_key``, same config) has ingested instead of ingesting again:
         questions write nothing, so its state is what this system's own ingest would build."""
-        self.shards, self.writes = other.shards, other.writes
-        self.summariser, self.reads = other.summariser, other.reads
+        self.shards, self.memory = other.shards, other.memory
 
-    def ask(self, question: str, *, category: int | None, adversarial: str | None = None) -> Answer:
+    def ask(self, question: str, *, kind: QuestionKind | None = None) -> Answer:
         q = self.encoder.encode([question], is_query=True)[0]
-        result = asyncio.run(self.reads.ask(self.tenant, question, q, category=category, adversarial=adversarial))
+        result = asyncio.run(self.memory.reads.ask(self.tenant, question, q, kind=kind))
         return answer_of(result.answer, result.routed_turn_ids, result.segments, result.assistant_bill,
                        [(e.turn_id, e.score) for e in result.offered])
 
@@ -83,15 +77,15 @@ class DirectRead(InProcessService):
 
     name = "direct_read"
 
-    def ask(self, question: str, *, category: int | None, adversarial: str | None = None) -> Answer:
+    def ask(self, question: str, *, kind: QuestionKind | None = None) -> Answer:
         q = self.encoder.encode([question], is_query=True)[0]
-        route = asyncio.run(self.reads.route(self.tenant, question, q))
+        route = asyncio.run(self.memory.reads.route(self.tenant, question, q))
         held = {seg.id: seg for core in self.shards.cores["assistants"] for seg in core.segments(self.tenant)}
         segments: list[Segment] = [held[a.segment_id] for a in route.activations if a.segment_id in held]
         if route.open_segment is not None:
             segments.append(route.open_segment)
         lines = [Evidence(t, line, ts, seg.id) for seg in segments
                  for t, line, ts in zip(seg.turn_ids, seg.lines, seg.timestamps, strict=True)]
-        res = self.master.respond(question, self.master.fit(dedupe_evidence(lines), question), category, adversarial)
+        res = self.master.respond(question, self.master.fit(dedupe_evidence(lines), question), kind)
         routed = list(dict.fromkeys(t for seg in segments for t in seg.turn_ids))
         return answer_of(res, routed, len(segments))

@@ -9,6 +9,7 @@ from bench.systems.common import MASTER_READS, Answer, ConfigReads, Engines, ans
 from core.config import EngramConfig
 from core.encoding import Encoder
 from inference.master import Master
+from inference.question_kind import QuestionKind
 
 
 class FullContextBaseline:
@@ -23,7 +24,7 @@ class FullContextBaseline:
     def ingest(self, turns: Sequence[Any]) -> None:
         self.turns = list(turns)
 
-    def ask(self, question: str, *, category: int | None, adversarial: str | None = None) -> Answer:
+    def ask(self, question: str, *, kind: QuestionKind | None = None) -> Answer:
         evidence = self.master.fit([turn_evidence(t) for t in reversed(self.turns)], question)
-        return answer_of(self.master.respond(question, evidence, category, adversarial),
+        return answer_of(self.master.respond(question, evidence, kind),
                        [e.turn_id for e in evidence], 0)

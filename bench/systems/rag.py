@@ -11,6 +11,7 @@ from bench.systems.common import MASTER_READS, Answer, ConfigReads, Engines, ans
 from core.config import EngramConfig
 from core.encoding import Encoder
 from inference.master import Master
+from inference.question_kind import QuestionKind
 from memory.bm25 import BM25_SETTINGS, bm25_index
 from memory.segmenter import render_turn
 
@@ -19,7 +20,7 @@ class RagBaseline:
     """Plain RAG over single turns: dense cosine + BM25, min-max normalised, equal weights."""
 
     name = "rag"
-    config_reads: ConfigReads = {**MASTER_READS, "embedder": None, "router": BM25_SETTINGS}
+    config_reads: ConfigReads = {**MASTER_READS, "embedder": None, "router": BM25_SETTINGS, "bench": ("rag_top_k",)}
 
     def __init__(self, config: EngramConfig, *, encoder: Encoder, engine: Engines) -> None:
         self.config, self.encoder = config, encoder
@@ -38,10 +39,10 @@ class RagBaseline:
         score = _minmax(self.vectors @ q) + _minmax(self.bm25.scores(question))
         return np.argsort(-score, kind="stable")
 
-    def ask(self, question: str, *, category: int | None, adversarial: str | None = None) -> Answer:
-        top = self.rank(question)[: self.config.episodic.rag_top_k]
+    def ask(self, question: str, *, kind: QuestionKind | None = None) -> Answer:
+        top = self.rank(question)[: self.config.bench.rag_top_k]
         evidence = self.master.fit([turn_evidence(self.turns[i]) for i in top], question)
-        return answer_of(self.master.respond(question, evidence, category, adversarial),
+        return answer_of(self.master.respond(question, evidence, kind),
                        [e.turn_id for e in evidence], 0)
 
 

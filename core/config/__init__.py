@@ -7,7 +7,8 @@ with environment overrides under ``ENGRAM_`` (nested with ``__``, e.g.
 Every constant taken from a paper is a default whose description names the source:
 HTM-EAR (tiered memory), E-mem (episodic memory), MemRouter (admission). The sections live in
 ``memory`` (embedder, tiers, router), ``episodic`` (episodes, admission), ``engine`` (the small-model
-engine) and ``service`` (topology, API keys, data, paths); everything is importable from here.
+engine), ``service`` (topology, API keys, data, paths) and ``training`` (what only the training and benchmark
+code reads: ``training``, ``bench``); everything is importable from here.
 """
 
 from __future__ import annotations
@@ -40,14 +41,16 @@ from core.config.memory import (
 )
 from core.config.models import ALIASES, ROLES, ModelsConfig, Role
 from core.config.service import AuthConfig, ClusterConfig, DataConfig, PathsConfig, TenantHash, TracingConfig
+from core.config.training import AdmissionTrainingConfig, BenchConfig, TrainingConfig
 
 __all__ = [
     "BGL_ENTITY_PATTERNS", "CONFIG_DIR", "PACKAGED_MINILM", "REPO_ROOT", "SYNTHETIC_ENTITY_PATTERNS",
-    "AdmissionConfig", "AuthConfig", "ClusterConfig", "DataConfig", "DedupConfig", "EmbedderConfig", "EngineConfig",
+    "AdmissionConfig", "AdmissionTrainingConfig", "AuthConfig", "BenchConfig", "ClusterConfig", "DataConfig",
+    "DedupConfig", "EmbedderConfig", "EngineConfig",
     "EngramConfig", "EntityConfig", "EpisodicConfig", "EvictionConfig", "GateConfig", "ModelsConfig", "PathsConfig",
     "ROLES", "Role",
     "RerankConfig", "RouterConfig", "ScoringConfig", "Section", "TenantHash", "TierConfig", "TierMemoryConfig",
-    "TracingConfig",
+    "TracingConfig", "TrainingConfig",
     "deep_merge", "load_config", "profile_data", "profile_path",
 ]
 
@@ -72,6 +75,8 @@ class EngramConfig(BaseSettings):
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     paths: PathsConfig = Field(default_factory=PathsConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    bench: BenchConfig = Field(default_factory=BenchConfig)
 
     @classmethod
     def settings_customise_sources(

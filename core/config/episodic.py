@@ -73,7 +73,6 @@ class EpisodicConfig(Section):
         "heading ('8 May 2023:'), each without its header (Qwen's tokenizer spends ~18 tokens on a header, one "
         "per digit). The window is filled by what is shown, so full-context reads more lines in the same tokens.",
     )
-    rag_top_k: int = Field(10, gt=0, le=1000, description="Turns the plain-RAG baseline gives the answer model.")
     not_mentioned: str = Field(
         "Not mentioned in the conversation",
         description="The master's answer when the evidence does not hold one (E-mem's adversarial answer).",
@@ -106,45 +105,11 @@ class AdmissionConfig(Section):
         "float32). bfloat16 halves the weights a batch-1 pass reads; int8 = dynamic int8 quantization of the "
         "backbone's linear layers, CPU only (docs/admission.md: measured latency and agreement with float32).",
     )
-    exit_layer: int | None = Field(
-        None,
-        ge=0,
-        le=1024,
-        description="Training: the heads read the hidden state after this many backbone layers (None = all); the "
-        "layers after it never run. The classifier takes the value its weights were trained with.",
-    )
     weights: str = Field(
         "packaged",
         min_length=1,
         description="Trained projector + heads the service loads: 'packaged' (committed with the code, "
         "inference/admission_heads/) or a folder written by `python -m training.train_admission --out DIR`.",
-    )
-    holdout_conversation: str = Field(
-        "conv-47",
-        min_length=1,
-        description="Train-split conversation held out for early stopping and the threshold (never a test one).",
-    )
-    epochs: int = Field(6, ge=1, le=1000, description="Most training epochs over the train chunks.")
-    patience: int = Field(2, ge=0, le=1000, description="Epochs without held-out F1 gain before stopping.")
-    batch_size: int = Field(32, ge=1, le=4096, description="Chunks per training step.")
-    lr: float = Field(2e-3, gt=0, le=1, description="AdamW learning rate of projector and heads.")
-    weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW weight decay.")
-    content_loss_weight: float = Field(
-        0.5, ge=0, le=10, description="Weight of the content-type cross-entropy (ADD chunks only) in the loss."
-    )
-    type_labels: str = Field(
-        "teacher",
-        min_length=1,
-        description="Training: where the content-type labels come from: 'teacher' (the committed labels of "
-        "python -m training.content_teacher, Qwen2.5-Coder-1.5B restricted to the six types: "
-        "bench/labels/content_types_teacher.jsonl), a path to such a file, or 'rule' (the keyword rule "
-        "inference.admission.content_type_rule).",
-    )
-    max_train_minutes: float = Field(
-        20.0,
-        gt=0,
-        le=10_000,
-        description="Wall-time budget of training; the step that crosses it ends training (then held-out evaluation).",
     )
     threshold: float | None = Field(
         None,
@@ -153,7 +118,6 @@ class AdmissionConfig(Section):
         description="p_add at or above which a turn is stored. Unset: the threshold saved with the trained heads "
         "(the held-out F1-best cut), else 0.5. Set it to trade storage for recall: a lower cut stores more turns.",
     )
-    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of initialisation and shuffling.")
     mode: Literal["classifier", "store_all", "keyword"] = Field(
         "classifier",
         description="The service's admission: 'classifier' (the trained heads; the service refuses to start without "

@@ -17,9 +17,6 @@ class DataConfig(Section):
     locomo_path: Path = Field(
         default_factory=lambda: default_shared("data", "locomo", "locomo10.json"), description="LoCoMo JSON file."
     )
-    bgl_path: Path = Field(
-        default_factory=lambda: default_shared("data", "bgl", "BGL_2k.log"), description="BGL_2k.log."
-    )
     kuberay_crds_path: Path = Field(
         default_factory=lambda: default_shared("kuberay-crds"), description="Folder with the KubeRay CRD YAMLs."
     )

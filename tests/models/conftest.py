@@ -19,7 +19,8 @@ import pytest
 from core.config import EngineConfig
 from core.config.models import PACKAGED_SMOLLM2
 from core.model_store import resolve_model
-from serve.engine import TransformersEngine, VLLMEngine
+from serve.transformers_engine import TransformersEngine
+from serve.vllm_engine import VLLMEngine
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from core.evidence import Evidence
 from core.generation import GenerationRequest
 from inference.assistant import AssistantHost
 from inference.master import Master
+from inference.question_kind import QuestionKind
 from memory.segmenter import segment_turns
 
 pytestmark = pytest.mark.model
@@ -69,7 +70,7 @@ def check(engine, method):
     master = Master(engine, EpisodicConfig())
     seg = segments[0]
     every = [Evidence(t, line, ts, seg.id) for t, line, ts in zip(seg.turn_ids, seg.lines, seg.timestamps, strict=True)]
-    answers = master.respond_batch([(q, every, 2, None) for q in QUESTIONS[:2]])
+    answers = master.respond_batch([(q, every, QuestionKind.TEMPORAL) for q in QUESTIONS[:2]])
     assert all(a.text.split()[-1] == "2023" for a in answers)  # temporal answers are dates of evidence lines
 
 

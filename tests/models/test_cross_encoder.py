@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from bench import encoding
 from core.config import RerankConfig, TierConfig, TierMemoryConfig
 from memory.rerank import build_reranker
 from memory.tiered_memory import TieredMemory
@@ -42,12 +43,12 @@ def test_trained_cross_encoder_loads_from_config_and_scores(trained_cross_encode
 def test_rerank_stage_reorders_the_hybrid_candidates(minilm, trained_cross_encoder):
     texts = [f"outage status report number {i}" for i in range(50, 56)] + ["URGENT outage in zone 99"]
     cfg = TierMemoryConfig(l1=TierConfig(capacity=50), l2=TierConfig(capacity=50))
-    plain = TieredMemory(cfg, minilm)
-    plain.add(texts)
+    plain = TieredMemory(cfg, minilm.dim)
+    encoding.add_texts(plain, minilm, texts)
     reranked = TieredMemory(
         cfg.model_copy(update={"rerank": RerankConfig(kind="cross_encoder", model=trained_cross_encoder)}),
-        minilm, reranker=build_reranker(RerankConfig(kind="cross_encoder", model=trained_cross_encoder)),
+        minilm.dim, reranker=build_reranker(RerankConfig(kind="cross_encoder", model=trained_cross_encoder)),
     )
-    reranked.add(texts)
-    assert plain.retrieve(QUERY, k=7)[0].text != "URGENT outage in zone 99"
-    assert reranked.retrieve(QUERY, k=7)[0].text == "URGENT outage in zone 99"
+    encoding.add_texts(reranked, minilm, texts)
+    assert encoding.retrieve(plain, minilm, QUERY, k=7)[0].text != "URGENT outage in zone 99"
+    assert encoding.retrieve(reranked, minilm, QUERY, k=7)[0].text == "URGENT outage in zone 99"

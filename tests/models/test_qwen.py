@@ -20,7 +20,7 @@ QWEN = KNOWN_MODELS["qwen2.5-coder-0.5b"]
 def qwen_engine():
     if model_store.state(QWEN) == "absent":
         pytest.skip(f"{QWEN.name} is not fetched: run `engram models fetch {QWEN.name}`")
-    from serve.engine import TransformersEngine
+    from serve.transformers_engine import TransformersEngine
 
     engine = TransformersEngine(EngineConfig(backend="transformers", model=QWEN.name, max_tokens=16,
                                              max_model_len=1024))

@@ -12,8 +12,11 @@ One router in union mode, one segment per path and path (k = 1 each), newest seg
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
+from bench import encoding
 from core.config import RouterConfig
 from corpora.locomo import parse_session_datetime
 from memory.bm25 import tokenize
@@ -74,36 +77,33 @@ TOPIC_QUESTION = "How is the marathon training going?"
 
 
 @pytest.fixture(scope="module")
-def router(minilm) -> EpisodicRouter:
+def paths_of(minilm) -> Callable[[str], dict[int, frozenset[str]]]:
+    """The paths that activated each segment for a question, in one union router over ``SEGMENTS``."""
     cfg = RouterConfig(mode="union", k_global=1, k_vec=1, k_kw=1, chunking="turn", include_newest=False)
-    r = EpisodicRouter(minilm, cfg)
-    r.add(SEGMENTS)
-    return r
+    r = EpisodicRouter(minilm.dim, cfg)
+    encoding.add_segments(r, minilm, SEGMENTS)
+    return lambda question: {a.segment_id: a.paths for a in encoding.route(r, minilm, question)}
 
 
-def paths_of(router: EpisodicRouter, question: str) -> dict[int, frozenset[str]]:
-    return {a.segment_id: a.paths for a in router.route(question)}
+def test_exact_code_only_bm25(paths_of):
+    assert paths_of(CODE_QUESTION)[CODE_TARGET.id] == {"kw"}
 
 
-def test_exact_code_only_bm25(router):
-    assert paths_of(router, CODE_QUESTION)[CODE_TARGET.id] == {"kw"}
-
-
-def test_paraphrase_only_dense(router):
+def test_paraphrase_only_dense(paths_of):
     shared = set(tokenize(PARAPHRASE_QUESTION)) & set(tokenize(PARAPHRASE_TARGET.text))
     assert not shared  # no word in common: BM25 cannot see it
-    assert paths_of(router, PARAPHRASE_QUESTION)[PARAPHRASE_TARGET.id] == {"vec"}
+    assert paths_of(PARAPHRASE_QUESTION)[PARAPHRASE_TARGET.id] == {"vec"}
 
 
-def test_topic_only_summary(router):
+def test_topic_only_summary(paths_of):
     assert not set(tokenize(TOPIC_QUESTION)) & set(tokenize(TOPIC_TARGET.text))
-    assert paths_of(router, TOPIC_QUESTION)[TOPIC_TARGET.id] == {"global"}
+    assert paths_of(TOPIC_QUESTION)[TOPIC_TARGET.id] == {"global"}
 
 
 def test_fusion_also_reaches_all_three(minilm):
     """The reference fusion keeps every target among its five segments."""
-    r = EpisodicRouter(minilm, RouterConfig(mode="fusion", chunking="turn", include_newest=False))
-    r.add(SEGMENTS)
+    r = EpisodicRouter(minilm.dim, RouterConfig(mode="fusion", chunking="turn", include_newest=False))
+    encoding.add_segments(r, minilm, SEGMENTS)
     for question, target in [(CODE_QUESTION, CODE_TARGET), (PARAPHRASE_QUESTION, PARAPHRASE_TARGET),
                              (TOPIC_QUESTION, TOPIC_TARGET)]:
-        assert target.id in [a.segment_id for a in r.route(question)]
+        assert target.id in [a.segment_id for a in encoding.route(r, minilm, question)]

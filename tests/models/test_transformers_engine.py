@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from core.generation import GenerationEngine, GenerationRequest, TokenBill
-from serve.engine import render_prompt
+from serve.request_tokens import render_prompt
 
 pytestmark = pytest.mark.model
 
@@ -64,9 +64,9 @@ def test_choice_in_one_batch_is_valid_and_is_the_likeliest(tf_engine) -> None:
 @pytest.mark.parametrize("row_tokens", [512, 7])  # all options in one row; a few per row
 def test_a_long_prompt_shares_one_read_among_its_choices_with_the_same_scores(tf_engine, monkeypatch,
                                                                               row_tokens) -> None:
-    from serve.engine import SHARED_PREFIX_MIN
+    from serve.transformers_engine import SHARED_PREFIX_MIN
 
-    monkeypatch.setattr("serve.engine.SHARED_ROW_TOKENS", row_tokens)
+    monkeypatch.setattr("serve.transformers_engine.SHARED_ROW_TOKENS", row_tokens)
 
     lines = "\n".join(f"[{k}] 8 May 2023, Mel: I painted picture number {k} in the park." for k in range(1, 26))
     req = chat(f"{lines}\nWhich line says when Mel painted picture 7? Answer with its number.",

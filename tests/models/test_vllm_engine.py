@@ -11,7 +11,7 @@ import re
 import pytest
 
 from core.generation import GenerationEngine, GenerationRequest, TokenBill
-from serve.engine import render_prompt
+from serve.request_tokens import render_prompt
 
 pytestmark = pytest.mark.model
 

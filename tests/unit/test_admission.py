@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from core.config import AdmissionConfig
+from core.config import AdmissionTrainingConfig
 from inference.admission import (
     CONTENT_TYPES,
     DEFAULT_THRESHOLD,
@@ -99,7 +99,7 @@ def test_tiny_training_separates_a_planted_pattern():
     rng = np.random.default_rng(0)
     train, holdout = planted(rng, 160), planted(rng, 60)
     model = tiny_model()
-    cfg = AdmissionConfig(epochs=8, patience=8, batch_size=32, lr=1e-2, weight_decay=0.0)
+    cfg = AdmissionTrainingConfig(epochs=8, patience=8, batch_size=32, lr=1e-2, weight_decay=0.0)
     result = fit(model, train, holdout, cfg, progress=False)
     clf = AdmissionClassifier(model, threshold=result.threshold)
     decisions = clf.classify(holdout.chunks(range(len(holdout.rows))))

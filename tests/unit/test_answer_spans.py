@@ -11,6 +11,7 @@ from core.config.episodic import EpisodicConfig
 from core.evidence import Evidence
 from inference.answer_spans import candidate_spans, line_body, phrases, snap, spans, token_f1
 from inference.master import Master
+from inference.question_kind import QuestionKind as K
 from tests.doubles import ScriptedEngine
 
 LINES = [
@@ -77,7 +78,7 @@ def _evidence() -> list[Evidence]:
 def test_extract_answers_with_a_chosen_phrase_of_the_evidence():
     engine = ScriptedEngine(lambda r: "Marley flooring" if r.choice and "Marley flooring" in r.choice else "x")
     master = Master(engine, EpisodicConfig(answer_form="extract"))
-    answer = master.answer("What kind of flooring is Jon looking for?", _evidence(), category=4)
+    answer = master.answer("What kind of flooring is Jon looking for?", _evidence(), kind=K.FACT)
     request = engine.batches[0][0]
     assert answer.text == "Marley flooring"
     assert request.choice and all(_is_span(c, LINES) for c in request.choice)
@@ -86,18 +87,18 @@ def test_extract_answers_with_a_chosen_phrase_of_the_evidence():
 def test_extract_leaves_dates_lists_and_yes_no_to_their_own_paths():
     engine = ScriptedEngine(lambda r: r.choice[-1] if r.choice else "Likely yes, she loves them")
     master = Master(engine, EpisodicConfig(answer_form="extract"))
-    assert master.answer("Does Gina like dogs?", _evidence(), category=3).text == "Likely yes"
+    assert master.answer("Does Gina like dogs?", _evidence(), kind=K.INFERENCE).text == "Likely yes"
     assert engine.batches[-1][0].choice is None
-    assert master.answer("When did Gina go to the beach?", _evidence(), category=2).text == "19 January 2023"
-    master.answer("What pets and places does Gina like?", _evidence(), category=1)
+    assert master.answer("When did Gina go to the beach?", _evidence(), kind=K.TEMPORAL).text == "19 January 2023"
+    master.answer("What pets and places does Gina like?", _evidence(), kind=K.LIST)
     assert engine.batches[-1][0].choice is None
 
 
 def test_snap_form_turns_a_free_answer_into_evidence_spans():
     engine = ScriptedEngine(lambda r: "Gina went to the beach with her two dogs.")
-    snapped = Master(engine, EpisodicConfig(answer_form="snap")).answer("Where did Gina go?", _evidence(), category=4)
-    free = Master(engine, EpisodicConfig(answer_form="free")).answer("Where did Gina go?", _evidence(), category=4)
+    snapped = Master(engine, EpisodicConfig(answer_form="snap")).answer("Where did Gina go?", _evidence(), kind=K.FACT)
+    free = Master(engine, EpisodicConfig(answer_form="free")).answer("Where did Gina go?", _evidence(), kind=K.FACT)
     assert _is_span(snapped.text, LINES) and snapped.text != free.text
     nothing = Master(ScriptedEngine(lambda r: "Not mentioned in the conversation"),
-                     EpisodicConfig(answer_form="snap")).answer("Where did Gina go?", _evidence(), category=4)
+                     EpisodicConfig(answer_form="snap")).answer("Where did Gina go?", _evidence(), kind=K.FACT)
     assert nothing.text == "Not mentioned in the conversation"  # an abstention is never snapped to words

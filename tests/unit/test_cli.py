@@ -135,12 +135,12 @@ def _seed(fake: FakeEngram) -> None:
 
 def test_ask_prints_answer_evidence_and_tokens(fake, capsys) -> None:
     _seed(fake)
-    assert run(fake, "ask", "ann", "What dog did Ann adopt?", "--category", "4") == 0
+    assert run(fake, "ask", "ann", "What dog did Ann adopt?", "--kind", "fact") == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "I adopted a dog named Rex"
     assert "  2023-05-08 13:56  D1:3  I adopted a dog named Rex" in out
     assert out[-1].startswith("tokens: assistants 120") and out[-1].endswith("total 175")
-    assert json.loads(fake.requests[-1].content)["category"] == 4
+    assert json.loads(fake.requests[-1].content)["kind"] == "fact"
 
     assert run(fake, "ask", "ann", "Rex?", "--json") == 0
     assert AskResponse.model_validate_json(capsys.readouterr().out).evidence[0].turn_id in {"D1:3", "D1:4"}

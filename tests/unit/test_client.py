@@ -111,7 +111,7 @@ def test_queries_parse_into_models(client: EngramClient) -> None:
 
     found = client.search("u", "dog", k=3)
     assert isinstance(found, SearchResponse) and [m.id for m in found.memories] == ["1"]
-    answer = client.ask("u", "what dog", category=4)
+    answer = client.ask("u", "what dog", kind="fact")
     assert isinstance(answer, AskResponse) and answer.evidence[0].turn_id == "1" and answer.tokens.total == 175
     page = client.list_memories("u", offset=1, limit=1)
     assert isinstance(page, MemoryList) and (page.total, page.offset, len(page.memories)) == (2, 1, 1)

@@ -12,7 +12,7 @@ import core.model_store as model_store
 from core.config import EngineConfig
 from core.config.models import KNOWN_MODELS, PACKAGED_SMOLLM2
 from core.generation import GenerationRequest, GenerationResult, TokenBill
-from serve.engine import cpu_ranges, vllm_env
+from serve.vllm_engine import cpu_ranges, vllm_env
 
 
 def test_request_needs_one_input_and_at_most_one_constraint() -> None:

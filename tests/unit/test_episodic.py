@@ -11,6 +11,8 @@ from core.config import EngramConfig, EpisodicConfig
 from core.evidence import Evidence, by_score
 from inference.assistant import AssistantHost, SegmentQuery, fuse, line_regex, words
 from inference.master import Master, clean_answer, format_date
+from inference.question_kind import FACT, INFERENCE, LIST, TEMPORAL
+from inference.question_kind import QuestionKind as K
 from memory.segmenter import segment_turns
 from tests.doubles import HashingEncoder, ScriptedEngine
 
@@ -88,7 +90,7 @@ def test_master_orders_evidence_by_time_and_cleans_the_answer():
     master = Master(engine, EpisodicConfig())
     late = Evidence("D1:9", "[late] Ann: x", datetime(2023, 6, 1), 0)
     early = Evidence("D1:2", "[early] Bob: y", datetime(2023, 5, 1), 0)
-    ans = master.answer("What class?", [late, early], category=4)
+    ans = master.answer("What class?", [late, early], kind=K.FACT)
     assert ans.text == "a pottery class" and [e.turn_id for e in ans.evidence] == ["D1:2", "D1:9"]
     prompt = engine.batches[0][0].messages[-1].content
     assert prompt.index("[early]") < prompt.index("[late]")
@@ -99,24 +101,24 @@ def test_master_keeps_dialogue_order_among_turns_of_one_time():
     engine = ScriptedEngine(lambda r: "x")
     when = datetime(2023, 5, 1)
     ids = ["D2:1", "D1:10", "D1:9", "D1:2", "t11", "t2"]
-    ans = Master(engine, EpisodicConfig()).answer("q?", [Evidence(t, t, when, 0) for t in ids], category=4)
+    ans = Master(engine, EpisodicConfig()).answer("q?", [Evidence(t, t, when, 0) for t in ids], kind=K.FACT)
     assert [e.turn_id for e in ans.evidence] == ["D1:2", "D1:9", "D1:10", "D2:1", "t2", "t11"]
 
 
 def test_master_temporal_answer_is_the_chosen_lines_date():
     master = Master(ScriptedEngine(lambda r: r.choice[-1]), EpisodicConfig())
     ev = [Evidence("D1:1", "a", datetime(2023, 5, 7), 0), Evidence("D1:2", "b", datetime(2023, 7, 15), 0)]
-    assert master.answer("When did it happen?", ev, category=2).text == "15 July 2023"
+    assert master.answer("When did it happen?", ev, kind=K.TEMPORAL).text == "15 July 2023"
 
 
 def test_master_temporal_answer_is_the_date_grounded_in_the_chosen_line():
     master = Master(ScriptedEngine(lambda r: r.choice[-1]), EpisodicConfig())
     line = "[1:56 pm on 8 May, 2023] Ann: We went hiking last weekend [the weekend before 8 May 2023]."
     ev = [Evidence("D1:1", "a", datetime(2023, 5, 1), 0), Evidence("D1:2", line, datetime(2023, 5, 8), 0)]
-    assert master.answer("When did Ann go hiking?", ev, category=2).text == "the weekend before 8 May 2023"
+    assert master.answer("When did Ann go hiking?", ev, kind=K.TEMPORAL).text == "the weekend before 8 May 2023"
 
 
-def test_master_reads_the_kind_of_a_question_sent_without_a_category():
+def test_master_reads_the_kind_of_a_question_sent_without_a_hint():
     seen = []
     master = Master(ScriptedEngine(lambda r: seen.append(r) or (r.choice[-1] if r.choice else "x")), EpisodicConfig())
     ev = [Evidence("D1:1", "a", datetime(2023, 5, 7), 0), Evidence("D1:2", "b", datetime(2023, 7, 15), 0)]
@@ -124,7 +126,7 @@ def test_master_reads_the_kind_of_a_question_sent_without_a_category():
     assert seen[-1].choice == ["1", "2"]
     master.answer("Would Ann likely enjoy a concert?", ev)  # inference: "Likely yes / no"
     assert "Likely yes" in seen[-1].messages[-1].content
-    master.answer("What did Ann bake?", ev, adversarial="bread")  # other; no category 5 without the label
+    master.answer("What did Ann bake?", ev)  # a fact: a free phrase
     assert seen[-1].choice is None
 
 
@@ -136,19 +138,19 @@ def test_master_shows_one_worked_example_of_the_kind_and_takes_its_tokens_off_th
     master = Master(engine, EpisodicConfig())
     plain = Master(engine, EpisodicConfig(answer_examples=False))
     ev = [Evidence("D1:1", "a", datetime(2023, 5, 7), 0)]
-    asked = ((1, "What did Ann bake?", 1), (3, "Would Ann bake?", 3), (4, "What did Ann bake?", 4),
-             (3, "What would Ann bake?", 4))  # an inference asked as a phrase is shown the phrase example
-    for category, asked_question, shown in asked:
-        master.answer(asked_question, ev, category=category)
+    asked = ((LIST, "What did Ann bake?", LIST), (INFERENCE, "Would Ann bake?", INFERENCE),
+             (FACT, "What did Ann bake?", FACT),
+             (INFERENCE, "What would Ann bake?", FACT))  # an inference asked as a phrase is shown the phrase example
+    for kind, asked_question, shown in asked:
+        master.answer(asked_question, ev, kind)
         roles = [m.role for m in seen[-1].messages]
-        assert roles == ["system", "user", "assistant", "user"], category
+        assert roles == ["system", "user", "assistant", "user"], kind
         lines, question, answer = EXAMPLES[shown]
         assert question in seen[-1].messages[1].content and seen[-1].messages[2].content == answer
         assert all(line in seen[-1].messages[1].content for line in lines)
-    for category in (2, 5):  # a constrained choice: no free answer to show
-        master.answer("When did Ann bake?", ev, category=category, adversarial="bread")
-        assert [m.role for m in seen[-1].messages] == ["system", "user"], category
-    plain.answer("What did Ann bake?", ev, category=4)
+    master.answer("When did Ann bake?", ev, TEMPORAL)  # a constrained choice: no free answer to show
+    assert [m.role for m in seen[-1].messages] == ["system", "user"]
+    plain.answer("What did Ann bake?", ev, kind=K.FACT)
     assert [m.role for m in seen[-1].messages] == ["system", "user"]
     assert 0 < plain.budget - master.budget < 200
 
@@ -162,12 +164,13 @@ def test_master_dates_by_day_heads_each_days_lines_once_and_fits_what_it_shows()
     ev = [Evidence(t, c, when, 0) for t, c, when in lines]
     engine = ScriptedEngine(lambda r: r.choice[-1] if r.choice else "8 May 2023: Ann: the museum.")
     master = Master(engine, EpisodicConfig(master_dates="day"))
-    assert master.answer("What did Ann visit?", ev[::-1], category=4).text == "the museum"
+    assert master.answer("What did Ann visit?", ev[::-1], kind=K.FACT).text == "the museum"
     prompt = engine.batches[-1][0].messages[-1].content
     assert ("8 May 2023:\n[1] Ann: We met yesterday [7 May 2023].\n[2] Bob: Nice!\n25 May 2023:\n[3] Ann: Back home."
             in prompt) and "pm on" not in prompt
-    assert master.answer("When did Ann get back home?", ev, category=2).text == "25 May 2023"  # dates unchanged
-    shown = Master(ScriptedEngine(), EpisodicConfig()).prompt("q?", ev, 4)
+    # dates unchanged
+    assert master.answer("When did Ann get back home?", ev, kind=K.TEMPORAL).text == "25 May 2023"
+    shown = Master(ScriptedEngine(), EpisodicConfig()).prompt("q?", ev, FACT)
     assert "[1] [1:56 pm on 8 May, 2023] Ann:" in shown  # 'line' (the default) shows lines as stored
     words = lambda text: len(text.split())  # noqa: E731
     # a header costs 5 words, a day's heading 3 (+2): a budget that fits the lines as shown by day holds all three
@@ -195,21 +198,18 @@ def test_a_restated_question_is_dropped_from_the_answer():
     assert drop_restated("Melanie's race was the first", "What was Melanie's race?") == "the first"
     seen = ScriptedEngine(lambda r: "Melanie realized that self-care is important. She runs.")
     ev = [Evidence("D1:1", "a", datetime(2023, 5, 7), 0)]
-    answer = Master(seen, EpisodicConfig()).answer(question, ev, category=4)
+    answer = Master(seen, EpisodicConfig()).answer(question, ev, kind=K.FACT)
     assert answer.text == "self-care is important" and answer.raw.startswith("Melanie realized")
     likely = Master(ScriptedEngine(lambda r: "Likely yes: she said so"), EpisodicConfig())
-    assert likely.answer("Would Ann likely enjoy it?", ev, category=3).text == "Likely yes"  # never cut to "yes"
+    # never cut to "yes"
+    assert likely.answer("Would Ann likely enjoy it?", ev, kind=K.INFERENCE).text == "Likely yes"
 
 
-def test_master_adversarial_is_a_choice_and_no_evidence_means_not_mentioned():
-    engine = ScriptedEngine(lambda r: r.choice[1])
+def test_master_says_not_mentioned_without_evidence_and_asks_no_model():
+    engine = ScriptedEngine()
     master = Master(engine, EpisodicConfig())
-    ev = [Evidence("D1:1", "a", datetime(2023, 5, 7), 0)]
-    assert master.answer("Did Bob adopt?", ev, category=5, adversarial="a dog").text.startswith("Not mentioned")
-    assert engine.batches[0][0].choice == ["a dog", "Not mentioned in the conversation"]
-    calls = len(engine.batches)
-    assert master.answer("Anything?", [], category=4).text == "Not mentioned in the conversation"
-    assert len(engine.batches) == calls  # no model call without evidence
+    assert master.answer("Anything?", [], kind=K.FACT).text == "Not mentioned in the conversation"
+    assert engine.batches == []
 
 
 def test_format_and_clean():
@@ -230,7 +230,7 @@ def test_every_system_answers_with_evidence_and_bills(config, name):
     engine = ScriptedEngine()
     system = build_system(name, config, encoder=HashingEncoder(), engine=engine)
     system.ingest(TURNS)
-    ans = system.ask("What about topic3 and the number 1010?", category=4)
+    ans = system.ask("What about topic3 and the number 1010?", kind=K.FACT)
     assert ans.text == "a short answer"
     assert ans.evidence_turn_ids and set(ans.evidence_turn_ids) <= {t.turn_id for t in TURNS}
     assert set(ans.evidence_turn_ids) <= set(ans.routed_turn_ids)
@@ -253,7 +253,7 @@ def test_engram_summarises_every_closed_segment_for_the_router(config):
 def test_rag_finds_the_turn_with_the_exact_number(config):
     system = build_system("rag", config, encoder=HashingEncoder(), engine=ScriptedEngine())
     system.ingest(TURNS)
-    assert "D1:37" in system.ask("the number 1037", category=4).routed_turn_ids
+    assert "D1:37" in system.ask("the number 1037", kind=K.FACT).routed_turn_ids
 
 
 def test_full_context_keeps_the_most_recent_turns_within_the_window(config):
@@ -261,7 +261,7 @@ def test_full_context_keeps_the_most_recent_turns_within_the_window(config):
     engine.max_model_len = 400
     system = build_system("full_context", config, encoder=HashingEncoder(), engine=engine)
     system.ingest(TURNS)
-    ans = system.ask("q?", category=4)
+    ans = system.ask("q?", kind=K.FACT)
     assert "D1:60" in ans.routed_turn_ids and "D1:1" not in ans.routed_turn_ids
 
 

@@ -49,7 +49,7 @@ def test_a_filter_matches_scope_metadata_and_event_time() -> None:
 def _memory(n: int, dim: int = 16) -> tuple[TieredMemory, np.ndarray]:
     cfg = TierMemoryConfig()
     cfg.l1.capacity, cfg.l2.capacity = n, n
-    mem = TieredMemory(cfg, HashingEncoder(dim))
+    mem = TieredMemory(cfg, dim)
     vecs = unit_vectors(n, dim, seed=1)
     mem.add([f"item {i}" for i in range(n)], ids=[f"m{i}" for i in range(n)], vectors=vecs,
             metadata=[{"agent_id": "even" if i % 2 == 0 else "odd"} for i in range(n)])
@@ -76,15 +76,16 @@ def test_a_filtered_search_returns_the_best_allowed_items_exactly(monkeypatch, n
 
 def test_the_router_activates_only_eligible_segments() -> None:
     enc = HashingEncoder(32)
-    router = EpisodicRouter(enc, RouterConfig(chunking="turn"))
+    router = EpisodicRouter(enc.dim, RouterConfig(chunking="turn"))
     segs = []
     for sid in range(4):
         lines = [f"[t] A: segment {sid} talks about apples {sid}", f"[t] B: more on apples {sid}"]
         segs.append(Segment(sid, [f"s{sid}a", f"s{sid}b"], lines, [T0, T0], [8, 8]))
-    router.add(segs)
-    assert {a.segment_id for a in router.route("apples")} >= {0, 1, 2}
-    assert {a.segment_id for a in router.route("apples", eligible={1, 2})} <= {1, 2}
-    assert router.route("apples", eligible=set()) == []
+    router.add(segs, enc.encode([line for s in segs for line in s.lines]))
+    q = enc.encode(["apples"], is_query=True)[0]
+    assert {a.segment_id for a in router.route("apples", q)} >= {0, 1, 2}
+    assert {a.segment_id for a in router.route("apples", q, eligible={1, 2})} <= {1, 2}
+    assert router.route("apples", q, eligible=set()) == []
 
 
 async def _write(svc: Service, tenant: str, turns: list[TurnIn], **scope) -> None:

@@ -16,8 +16,8 @@ import pytest
 from core.config import EvictionConfig, TierConfig, TierMemoryConfig, load_config
 from core.generation import TokenBill
 from cores.tenant_assistants import TenantAssistants
-from cores.tenant_episodes import KnownVectors, TenantEpisodes, TurnRecord
-from cores.tenant_tiers import TenantTiers, VectorsOnly
+from cores.tenant_episodes import TenantEpisodes, TurnRecord
+from cores.tenant_tiers import TenantTiers
 from inference.assistant import AssistantHost
 from memory.segmenter import Segment, Segmenter, segment_turns
 from tests.doubles import HashingEncoder, ScriptedEngine
@@ -58,11 +58,9 @@ def add_texts(tt: TenantTiers, tenant: str, ids: list[str], texts: list[str], ow
     return tt.add(tenant, ids, texts, ENC.encode(texts), [0.5] * len(ids), meta)
 
 
-def test_vectors_only_refuses_to_embed_and_tiers_never_need_it():
-    with pytest.raises(RuntimeError, match="do not embed"):
-        VectorsOnly(DIM).encode(["hello"])
+def test_tiers_take_the_passed_vectors():
     tt = small_tiers()
-    report = add_texts(tt, "a", ["m0"], ["coffee by the river"])  # would raise if the memory embedded
+    report = add_texts(tt, "a", ["m0"], ["coffee by the river"])
     assert (report.stored, report.evicted) == (1, 0)
     [hit] = tt.search("a", "coffee river", ENC.encode(["coffee river"])[0], 3)
     assert hit.id == "m0"
@@ -233,7 +231,6 @@ def test_episodes_segments_match_batch_segmenter_on_admitted_turns_only():
     rng = random.Random(2)
     admitted = [rng.random() < 0.7 for _ in stream]
     v = vecs(stream)
-    enc: KnownVectors = te._stream("u", create=True).encoder
 
     closed, pos, last_closed = [], 0, None
     max_known = 0
@@ -249,9 +246,10 @@ def test_episodes_segments_match_batch_segmenter_on_admitted_turns_only():
         # Only lines a future segment can still hold keep a vector: the open segment and the carry.
         cur = te._streams["u"].segmenter.current()
         needed = set(last_closed.lines if last_closed else []) | set(cur.lines if cur else [])
+        known = te._streams["u"].known
         if got:
-            assert set(enc.known) <= needed
-        max_known = max(max_known, len(enc.known))
+            assert set(known) <= needed
+        max_known = max(max_known, len(known))
         # The admission context: the last max_turns - 1 vectors of the stream, admitted or not.
         end = min(pos, len(stream))
         want = v[max(0, end - (cfg.admission.max_turns - 1)) : end]
@@ -337,7 +335,7 @@ def test_episodes_router_uses_the_passed_vectors():
     res = te.route("u", "an unrelated string", v[i])  # the vector, not the text, decides the vec path
     [best] = [act for act in res.activations if "vec" in act.paths]
     assert best.segment_id == target.id and best.scores["vec"] == pytest.approx(1.0, abs=1e-5)
-    assert "an unrelated string" not in te._streams["u"].encoder.known
+    assert "an unrelated string" not in te._streams["u"].known
 
 
 def test_episodes_route_by_lines_cuts_segments_to_their_routed_lines():
@@ -374,7 +372,7 @@ def test_episodes_set_summary():
     before = {act.segment_id: act for act in te.route("u", q, qv).activations}
     assert "global" not in before[sid].scores
     assert te.set_summary("u", sid, summary, sv) is True
-    assert summary not in te._streams["u"].encoder.known  # lent for the call only
+    assert summary not in te._streams["u"].known  # passed to the router, not kept by line
     after = {act.segment_id: act for act in te.route("u", q, qv).activations}
     assert after[sid].scores["global"] == pytest.approx(float(qv @ sv), abs=1e-5)
     assert all("global" not in act.scores for s, act in after.items() if s != sid)
@@ -390,7 +388,7 @@ def test_episodes_question_equal_to_a_stored_line_keeps_its_vector():
     i = next(k for k, t in enumerate(a) if t.line == line)
     other = ENC.encode(["something else entirely"])[0]
     te.route("u", line, other)
-    assert np.array_equal(te._streams["u"].encoder.known[line], v[i])
+    assert np.array_equal(te._streams["u"].known[line], v[i])
     closed = []
     for k in range(30, 40):  # close the segment that holds the line: its vector must still be known
         got = te.append("u", a[k : k + 1], v[k : k + 1], [True])

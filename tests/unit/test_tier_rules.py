@@ -13,16 +13,15 @@ from tests.doubles import unit_vectors
 EXPECTED_B = {42: (2455, 47, 21), 43: (2403, 40, 20), 44: (2406, 44, 26), 45: (2420, 44, 25), 46: (2398, 43, 20)}
 
 
-class TinyEncoder:
-    dim = 4
+DIM = 4  # the items' vectors are random unit rows
 
 
 def ingest(mode: str, seed: int, scenario: str = "B") -> TieredMemory:
     n, l1, l2 = SCENARIOS[scenario]
     base = TierMemoryConfig(l1=TierConfig(capacity=l1), l2=TierConfig(capacity=l2))
-    memory = TieredMemory(mode_config(base, mode, total_items=n), TinyEncoder(), index_factory=ExactIndex)
+    memory = TieredMemory(mode_config(base, mode, total_items=n), DIM, index_factory=ExactIndex)
     facts = generate_facts(n, seed)
-    vectors = unit_vectors(n, TinyEncoder.dim, seed)
+    vectors = unit_vectors(n, DIM, seed)
     for start in range(0, n, 1000):
         chunk = facts[start : start + 1000]
         memory.add([f.text for f in chunk], ids=[f.id for f in chunk], importance=[f.importance for f in chunk],
@@ -66,9 +65,9 @@ def test_ingest_in_one_call_equals_ingest_in_chunks():
     facts = generate_facts(n, 7)
     vectors = unit_vectors(n, 4, 7)
     kwargs = dict(ids=[f.id for f in facts], importance=[f.importance for f in facts])
-    whole = TieredMemory(base, TinyEncoder(), index_factory=ExactIndex)
+    whole = TieredMemory(base, DIM, index_factory=ExactIndex)
     whole.add([f.text for f in facts], vectors=vectors, **kwargs)
-    single = TieredMemory(base, TinyEncoder(), index_factory=ExactIndex)
+    single = TieredMemory(base, DIM, index_factory=ExactIndex)
     for i, f in enumerate(facts):
         single.add([f.text], ids=[f.id], importance=[f.importance], vectors=vectors[i : i + 1])
     for a, b in ((whole.l1, single.l1), (whole.l2, single.l2)):

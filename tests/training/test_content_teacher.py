@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bench.content_types import compare, load_hand
-from core.config import AdmissionConfig
+from core.config import AdmissionTrainingConfig
 from core.generation import GenerationResult
 from inference.admission import CONTENT_TYPES, AdmissionModel
 from training.content_teacher import PACKAGED_LABELS, label_texts, load_labels, pending_turns, teacher_request
@@ -89,7 +89,7 @@ def test_training_reads_teacher_labels_and_leaves_unlabelled_turns_out(tmp_path)
     assert "content_type_rule" in label_source("rule") and "labels.jsonl" in label_source(str(path))
     with pytest.raises(FileNotFoundError, match="training.content_teacher"):
         type_labeller(str(tmp_path / "missing.jsonl"))
-    assert AdmissionConfig().type_labels == "teacher"
+    assert AdmissionTrainingConfig().type_labels == "teacher"
 
 
 def test_an_add_turn_without_a_type_label_adds_no_type_loss():

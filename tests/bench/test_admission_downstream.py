@@ -10,7 +10,7 @@ from bench import admission_downstream as ad
 from bench import locomo
 from core.generation import TokenBill
 from corpora.locomo import load_locomo
-from tests.unit.test_locomo_harness import CONV_A, CONV_B, FakeAnswer, _sample
+from tests.bench.test_locomo_harness import CONV_A, CONV_B, FakeAnswer, _sample
 
 
 class ReadsAll:
@@ -18,13 +18,13 @@ class ReadsAll:
 
     def __init__(self, evidence: dict[str, tuple[str, list[str]]]) -> None:
         self.evidence, self.turns = evidence, None
-        self.asked: list[tuple[int | None, str | None]] = []  # (category, adversarial) of each question
+        self.asked: list = []  # the kind hint of each question
 
     def ingest(self, turns) -> None:
         self.turns = list(turns)
 
-    def ask(self, question: str, *, category: int | None, adversarial: str | None = None) -> FakeAnswer:
-        self.asked.append((category, adversarial))
+    def ask(self, question: str, *, kind=None) -> FakeAnswer:
+        self.asked.append(kind)
         answer, evidence = self.evidence[question]
         ids = [t.dia_id for t in self.turns]
         right = evidence and evidence[0] in ids
@@ -107,11 +107,11 @@ def test_questions_go_without_their_category_unless_gold_is_asked_for(env):
     run, systems, _, _ = env
     out = run()
     assert out["category"] == "predicted"
-    assert {a for s in systems for a in s.asked} == {(None, None)}  # as /v1/ask: no label, no adversarial answer
+    assert {a for s in systems for a in s.asked} == {None}  # as /v1/ask: no hint
     first = len(systems)
     run("--category", "gold")  # another cache: every policy answered again, with the labels
     gold = [a for s in systems[first:] for a in s.asked]
-    assert gold and all(category is not None for category, _ in gold)
+    assert set(gold) == {"list", "temporal", "inference", "fact", None}  # category 5: no hint
 
 
 def test_per_category_keeps_the_first_questions_of_each_category(env):

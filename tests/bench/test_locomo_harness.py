@@ -50,7 +50,7 @@ def _sample(sample_id: str, n_turns: int, qa: list[tuple]) -> dict:
 class Log:
     ingests: list[str] = field(default_factory=list)
     asks: list[str] = field(default_factory=list)
-    hints: list[tuple] = field(default_factory=list)  # (category, adversarial) each ask was given
+    hints: list = field(default_factory=list)  # the kind hint each ask was given
 
 
 @dataclass
@@ -69,7 +69,7 @@ class FakeSystem:
     Routes the 1st and 3rd ingested turns, cites the 1st; 2 segments; fixed token bills.
     """
 
-    def __init__(self, name: str, gold: dict[str, tuple[int, str]], log: Log) -> None:
+    def __init__(self, name: str, gold: dict[str, tuple[int, str, int]], log: Log) -> None:
         self.name, self.gold, self.log = name, gold, log
         self.turns = None
 
@@ -78,10 +78,10 @@ class FakeSystem:
         self.turns = list(turns)
         self.log.ingests.append(turns[0].conv_id)
 
-    def ask(self, question: str, *, category: int | None, adversarial: str | None = None) -> FakeAnswer:
-        position, answer = self.gold[question]
+    def ask(self, question: str, *, kind=None) -> FakeAnswer:
+        position, answer, category = self.gold[question]
         self.log.asks.append(question)
-        self.log.hints.append((category, adversarial))
+        self.log.hints.append(kind)
         right = ABSTAIN if category == 5 else answer
         ids = [t.dia_id for t in self.turns]
         return FakeAnswer(right if position % 2 == 0 else "zzz", [ids[0]], [ids[0], ids[2]], 2,
@@ -94,7 +94,7 @@ def bench_env(tmp_path, monkeypatch):
     data = tmp_path / "locomo.json"
     data.write_text(json.dumps([_sample("conv-48", 4, CONV_A), _sample("conv-49", 3, CONV_B)]))
     monkeypatch.setenv("ENGRAM_PATHS__CACHE_DIR", str(tmp_path / "cache"))
-    gold = {q: (i, a or "") for qa in (CONV_A, CONV_B) for i, (q, a, _, _) in enumerate(qa)}
+    gold = {q: (i, a or "", c) for qa in (CONV_A, CONV_B) for i, (q, a, c, _) in enumerate(qa)}
     log = Log()
 
     def factory(name, config, *, encoder, engine):
@@ -240,7 +240,7 @@ def test_a_baseline_is_keyed_by_the_config_and_code_it_reads():
     assert locomo.cache_key(bm25, "rag", build_system, data_digest="d", with_models=False) != key["rag"]
     assert locomo.cache_key(bm25, "full_context", build_system, data_digest="d", with_models=False) == \
         key["full_context"]
-    master = cfg.model_copy(update={"episodic": cfg.episodic.model_copy(update={"rag_top_k": 3})})
+    master = cfg.model_copy(update={"episodic": cfg.episodic.model_copy(update={"master_evidence": 3})})
     assert locomo.cache_key(master, "full_context", build_system, data_digest="d", with_models=False) != \
         key["full_context"]
     # the sources: rag's module and what it imports, not engram's router or read path
@@ -308,9 +308,9 @@ def test_predicted_categories_never_pass_gold_labels_to_the_system(bench_env):
     run, log, tmp_path = bench_env
     out = run("--category", "predicted")
     assert out["questions"] == 8 and out["category"] == "predicted"
-    assert log.hints == [(None, None)] * 8  # no category, no adversarial answer: the master reads the question
+    assert log.hints == [None] * 8  # no hint: the master reads the question
     run("--category", "gold")
-    assert {c for c, _ in log.hints[8:]} == {1, 2, 3, 4, 5} and any(a for _, a in log.hints[8:])
+    assert set(log.hints[8:]) == {"list", "temporal", "inference", "fact", None}  # category 5: no hint
     assert len(list((tmp_path / "cache" / "locomo").glob("rag-*.jsonl"))) == 2  # one cache per mode
 
 
@@ -319,7 +319,7 @@ def test_dev_split_is_train_conversations_with_five_questions_per_category(bench
     qa = [(f"Question {i}?", "x", 1 + i % 2, []) for i in range(14)]  # 7 of category 1, 7 of category 2
     data = tmp_path / "train.json"
     data.write_text(json.dumps([_sample("conv-26", 3, qa), _sample("conv-48", 3, qa)]))
-    gold = {q: (i, a) for i, (q, a, _, _) in enumerate(qa)}
+    gold = {q: (i, a, c) for i, (q, a, c, _) in enumerate(qa)}
 
     def factory(name, config, *, encoder, engine):
         return FakeSystem(name, gold, log)
@@ -335,7 +335,7 @@ def test_systems_with_the_same_ingest_key_ingest_each_conversation_once(tmp_path
     data = tmp_path / "locomo.json"
     data.write_text(json.dumps([_sample("conv-48", 4, CONV_A), _sample("conv-49", 3, CONV_B)]))
     monkeypatch.setenv("ENGRAM_PATHS__CACHE_DIR", str(tmp_path / "cache"))
-    gold = {q: (i, a or "") for qa in (CONV_A, CONV_B) for i, (q, a, _, _) in enumerate(qa)}
+    gold = {q: (i, a or "", c) for qa in (CONV_A, CONV_B) for i, (q, a, c, _) in enumerate(qa)}
     log = Log()
 
     class Sharing(FakeSystem):

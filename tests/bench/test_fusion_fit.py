@@ -103,8 +103,8 @@ def test_collect_keeps_the_read_paths_candidates(tmp_path, monkeypatch):
     system.ingest(list(conv.turns))
     for row, (_, q) in zip(rows, selection[conv.sample_id], strict=True):
         vector = encoder.encode([q.question], is_query=True)[0]
-        route = asyncio.run(system.reads.route(TENANT, q.question, vector))
-        offered, _ = asyncio.run(system.reads.extract(TENANT, q.question, route))
+        route = asyncio.run(system.memory.reads.route(TENANT, q.question, vector))
+        offered, _ = asyncio.run(system.memory.reads.extract(TENANT, q.question, route))
         kept = [e.turn_id for e in dedupe_evidence(by_score(offered))]
         for cap in (1, 2, 4):
             want = len(set(q.evidence) & set(kept[:cap])) / len(q.evidence)
