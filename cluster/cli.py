@@ -195,8 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("start", help="run the service locally (serve run <config>)")
     s.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="Serve config file")
     s.add_argument("--haproxy", action="store_true",
-                   help="HAProxy as the HTTP ingress instead of Serve's Python proxy (about half the search latency; "
-                   "the ingress replica's own port then listens on every interface: docs/cluster.md)")
+                   help="HAProxy as the HTTP ingress instead of Serve's Python proxy (the ingress replica then serves "
+                   "HTTP itself, without the proxy's hop on every request: docs/results/2026-12-03-cluster.md; its "
+                   "own port then listens on every interface: docs/cluster.md)")
     s.set_defaults(run=_cmd_start)
     add_demo_parser(sub)
 

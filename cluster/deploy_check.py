@@ -42,7 +42,8 @@ _SUBSCHEMA_MAPS = ("properties", "patternProperties", "definitions")
 _SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf")
 _SUBSCHEMAS = ("additionalProperties", "items", "not")
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # NOTE: the CRD files are ~1 MB; libyaml is 10x faster
+# NOTE: the CRD files are large, and libyaml (when PyYAML has it) parses them far faster than the Python loader
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 # --- KubeRay manifests ------------------------------------------------------------------------------------

@@ -303,7 +303,8 @@ def resolve_model(name_or_path: str, cache_dir: str | Path | None = None) -> str
 
     A registry name (``smollm2-135m``, ``qwen2.5-coder-0.5b``, ...; ``packaged:SmolLM2-135M-Instruct`` is
     ``smollm2-135m``) -> its converted folder, converting on first use when the verified GGUF is there (SmolLM2's
-    comes with its installed package, ~30 s); a model not fetched yet raises ``ModelFileError`` naming the fetch
+    comes with its installed package; the one conversion is slow, later calls are not:
+    docs/results/2026-11-29-engine.md); a model not fetched yet raises ``ModelFileError`` naming the fetch
     command. An adapted name (``smollm2-135m-reader``) -> its base with the committed adapter merged in, built
     once. Any other string (hub name, local folder) is returned unchanged."""
     if (tuned := adapted(name_or_path)) is not None:

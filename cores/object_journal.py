@@ -15,8 +15,8 @@ replaces the local journal's fsync. A store that acknowledges before its data is
 generation: a crash at any point leaves one complete generation to recover from. :meth:`ObjectJournal.replay`
 reads a generation's records in order and stops at a corrupt one, which is deleted with everything after it.
 
-One PUT per write: on S3 that is tens of milliseconds per acknowledged write (the local journal's fsync is
-about a millisecond); snapshots bound how many records a restart reads.
+One PUT per write: on S3 that is a network round trip per acknowledged write, far slower than the local journal's
+fsync; snapshots bound how many records a restart reads.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ No tokenisation of the chunk and no generation. Chunks shorter than ``max_turns`
 attention mask and per-row position ids, so a chunk gets the same decision alone and in a batch.
 Only the projector and the two heads train; the backbone is frozen (``requires_grad=False``, eval mode).
 The committed heads (``inference/admission_heads/``, ``admission.weights: packaged``) exit after 4 of
-SmolLM2-135M's 30 layers (docs/admission.md: the accuracy / latency curve that chose it).
+SmolLM2-135M's 30 layers (the accuracy / latency curve that chose it: docs/results/2026-12-02-admission.md).
 
 Content types (:data:`CONTENT_TYPES`) are not published by MemRouter; this project uses six, labelled on the
 train split by the documented keyword rule :func:`content_type_rule` (docs/admission.md).
@@ -195,7 +195,7 @@ def truncate_layers(decoder: nn.Module, exit_layer: int | None) -> int:
 
     The dropped layers are freed: an early exit reads, and holds, only the weights it runs. The decoder's final
     norm still runs on the exit's hidden state. ``exit_layer=0`` runs no layer: the heads then read the
-    projected current turn alone (the "no backbone" ablation of docs/admission.md).
+    projected current turn alone (the "no backbone" ablation: docs/results/2026-12-02-admission.md).
     """
     layers = decoder.layers
     if exit_layer is None or exit_layer >= len(layers):
@@ -227,7 +227,8 @@ class AdmissionModel(nn.Module):
         rms = float(table.pow(2).mean(-1).sqrt().mean())
         self.projector = Projector(embed_dim, projector_hidden, hidden, target_rms=rms)
         # NOTE: a LayerNorm before each linear head: the backbone's final hidden state has a few outlier
-        # dimensions of large magnitude, which a bare linear head trains poorly on (measured: no gain).
+        # dimensions of large magnitude, which a bare linear head trains poorly on: bare heads barely beat
+        # storing everything (docs/results/2026-11-29-admission.md).
         self.op_head = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, len(OPS)))
         self.type_head = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, len(CONTENT_TYPES)))
 
@@ -277,7 +278,7 @@ def quantize_int8(module: nn.Module) -> nn.Module:
 
     with warnings.catch_warnings():
         # NOTE: torch 2.13 marks its quantized tensor types deprecated (to move to torchao); the pinned
-        # torch still runs them, and measured (docs/admission.md) they halve the batch-1 pass.
+        # torch still runs them, and they make the batch-1 pass faster (docs/results/2026-12-02-admission.md).
         warnings.filterwarnings("ignore", category=UserWarning, message=r".*deprecated.*")
         return quantize_dynamic(module, {nn.Linear}, dtype=torch.qint8)
 

@@ -13,9 +13,9 @@ An ``AssistantHost`` keeps segments verbatim (one "assistant" per segment) and, 
   each standardised over all of the question's candidates (:func:`fuse`: the read path fuses the
   candidates of every assistant actor together, so that an answer does not depend on which actor
   holds which segment; the idf comes with the query from the router, over the user's whole
-  memory, for the same reason). Measured on LoCoMo's train split with
-  SmolLM2-135M, this keeps more gold evidence than either signal alone and than the model
-  choosing line numbers (docs/episodic.md).
+  memory, for the same reason). On LoCoMo's train split with SmolLM2-135M, this keeps more gold
+  evidence than either signal alone and than the model choosing line numbers
+  (docs/results/2026-11-30-episodic.md).
 - ``choose`` (E-mem's way, for larger models): the engine is asked which numbered lines hold the
   evidence. The answer is valid by construction: with a regex-capable engine (vLLM) the output
   is constrained to a comma list of the segment's own line numbers or ``none``; otherwise the
@@ -43,8 +43,9 @@ from memory.segmenter import Segment, line_speaker, named_speaker
 
 NONE = "none"
 EXTRACT_SYSTEM = "You find the lines of a conversation log that answer a question. You only reply with line numbers."
-# NOTE: measured on LoCoMo's train split against "Conversation line: {line}\nA question about this line:" and
-# against the line without its date: the same evidence recall within noise, the shortest prompt costs least.
+# NOTE: compared on LoCoMo's train split with "Conversation line: {line}\nA question about this line:" and with
+# the line without its date: the same evidence recall within noise, and the shortest prompt costs least
+# (docs/results/2026-11-30-episodic.md).
 LIKELIHOOD_PROMPT = "{line}\nQuestion:"
 Method = Literal["likelihood", "choose"]
 

@@ -2,9 +2,10 @@
 in a short phrase. A plain class: ``serve.deployments.MasterService`` hosts it on the model pool.
 
 The evidence lines are sorted oldest first and headed "Evidence, oldest first:" (a longer note that later lines
-hold the latest state cost 14 tokens a prompt and answered no better on the dev set). With ``episodic.master_dates``
-``day`` the lines of one day stand under one heading ("8 May 2023:") without their own "[1:56 pm on 8 May, 2023]"
-headers, which Qwen's tokenizer reads digit by digit (~18 tokens a line); the window is filled by what is shown.
+hold the latest state spent tokens of every prompt and answered no better on the dev set:
+docs/results/2026-12-05-episodic.md). With ``episodic.master_dates`` ``day`` the lines of one day stand under one
+heading ("8 May 2023:") without their own "[1:56 pm on 8 May, 2023]" headers, which Qwen's tokenizer reads digit
+by digit, so they cost every line many tokens; the window is filled by what is shown.
 Instructions depend on the question's kind (``inference.question_kind.QuestionKind``), as in E-mem's final answer
 step; a question asked without a kind hint is answered as the kind ``predict_kind`` reads from its words (a question
 that offers its answers, "a beach or the mountains?", is a phrase question, not a yes/no one):
@@ -65,8 +66,9 @@ EXAMPLES: dict[QuestionKind, tuple[tuple[str, ...], str, str]] = {
             "what dance studios usually use.",),
         "What kind of flooring is Jon looking for in his dance studio?", "Marley flooring"),
 }
-# NOTE: the system prompt, evidence header, instruction and chat template take 59-79 tokens besides the question
-# (SmolLM2's tokenizer, by kind); each evidence line adds "[12] " and a newline.
+# NOTE: the margin holds the system prompt, evidence header, instruction and chat template with room to spare
+# (counted with SmolLM2's tokenizer for every kind; the question is counted apart); each evidence line adds "[12] "
+# and a newline.
 PROMPT_MARGIN_TOKENS = 160
 LINE_OVERHEAD_TOKENS = 6
 

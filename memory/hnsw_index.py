@@ -151,9 +151,10 @@ class ExactIndex:
 class AdaptiveIndex:
     """Exact search while small, HNSW once ``hnsw_from`` points are live: what a tier uses by default.
 
-    NOTE: an hnswlib index has a fixed cost of ~2.5 MB whatever its size (hnswlib 0.8 allocates 65,536 label
-    locks per index), so one per tier per tenant would cost 5 MB for a user with 20 memories (bench.scale).
-    Below ``hnsw_from`` points a brute-force inner product is exact and as fast (≤ 0.1 ms at 1,000 x 384).
+    NOTE: an hnswlib index has a fixed memory cost whatever its size (hnswlib 0.8 allocates 65,536 label locks
+    per index), so one per tier per tenant would cost a user with a few memories far more than the memories
+    themselves (bench.scale: docs/results/2026-12-02-scale.md). Below ``hnsw_from`` points a brute-force inner
+    product is exact and as fast: one matrix-vector product over so few rows costs next to nothing.
     """
 
     def __init__(self, dim: int, capacity: int, *, hnsw_from: int = 1000, **hnsw: object) -> None:

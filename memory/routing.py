@@ -19,8 +19,8 @@ Three ways to combine them (``RouterConfig.mode``):
 - ``lines``: every line (``chunking: turn``) is scored by ``vec_weight`` x its min-max normalised cosine plus
   ``kw_weight`` x its min-max normalised BM25 over the lines; the best lines, each with ``line_window``
   neighbours on either side (stream order, each turn once), are routed until ``line_budget`` tokens; a segment
-  is activated with its routed lines only (``Activation.lines``), best line first. On LoCoMo's train split this
-  covers more of a question's evidence than 5 whole segments of the same tokens (docs/episodic.md).
+  is activated with its routed lines only (``Activation.lines``), best line first. On LoCoMo this covers more of a
+  question's evidence than 5 whole segments of the same tokens (docs/results/2026-12-06-episodic.md).
 
 In union and fusion the newest segment can always be included (``include_newest``; in lines mode it competes
 line by line). The combined score

@@ -331,8 +331,8 @@ class MemoryAPI:
     async def health(self) -> s.Health:
         """Pings every actor. Probes share one check in flight, and a probe that gives up (a client timeout, a
         readiness probe) never cancels the pings: requests cancelled mid-ping while the actors were still
-        starting left every later health check waiting forever (measured: 78 probes of 5 s, none answered in
-        8 minutes, where one patient probe was answered in 77 s)."""
+        starting left every later health check waiting forever, where one patient probe was answered once the
+        actors were up (docs/results/2026-12-03-cluster.md)."""
         if self._health is None or self._health.done():
             self._health = asyncio.ensure_future(self.ops.health())
         alive = await asyncio.shield(self._health)

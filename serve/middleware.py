@@ -92,7 +92,8 @@ class Observe:
     """Count and time every request by route and status (``/metrics``), and say where its time went in a
     ``Server-Timing`` header (its steps, e.g. ``embed``, ``tier.search``, ``router.route``, and ``app``: the
     request inside this replica until its response starts; the hop from Serve's proxy is what the client sees
-    beyond ``app``). Plain ASGI: Starlette's ``BaseHTTPMiddleware`` cost ~1 ms per request and layer here."""
+    beyond ``app``). Plain ASGI: Starlette's ``BaseHTTPMiddleware`` added a cost per request and layer that the
+    search path felt (docs/results/2026-12-03-cluster.md)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

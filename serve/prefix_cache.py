@@ -1,11 +1,11 @@
 """The KV caches of the last prompts a transformers engine read, found again by their longest common token prefix.
 
-vLLM keeps a prefix cache of its own; HF ``generate`` forgets every prompt. On a CPU the 1.5B master's prompt is
-read at ~50 tokens/s, and consecutive prompts often share most of their tokens: the worked example and the
-instructions of a question kind, or a whole context window when a conversation's questions are asked over the same
-lines (the full-context baseline). :class:`PrefixCache` keeps the caches of the last ``entries`` prompts; a new
-prompt starts from a copy of the cache with the longest common prefix, cut to it, and only its remaining tokens are
-read. Greedy answers stay those of a full read up to floating-point summation order.
+vLLM keeps a prefix cache of its own; HF ``generate`` forgets every prompt. On a CPU the 1.5B master reads a prompt
+slowly (docs/results/2026-12-06-engine.md), and consecutive prompts often share most of their tokens: the worked
+example and the instructions of a question kind, or a whole context window when a conversation's questions are asked
+over the same lines (the full-context baseline). :class:`PrefixCache` keeps the caches of the last ``entries``
+prompts; a new prompt starts from a copy of the cache with the longest common prefix, cut to it, and only its
+remaining tokens are read. Greedy answers stay those of a full read up to floating-point summation order.
 
 The class holds no model: ``copy`` copies a cache, a cache's ``get_seq_length()`` counts its positions and
 ``crop(-n)`` drops its last ``n`` (``transformers.DynamicCache`` has all three).

@@ -1,12 +1,12 @@
 """The query encoder of the ingress: the write-side embedder's model, run by ONNX Runtime (optionally int8).
 
 A search or an ask embeds one short query on the request path, where a sentence-transformers forward pass
-in torch costs ~18-25 ms on 2 CPU cores. ``OnnxQueryEncoder`` runs the same model exported once to ONNX: the
-float export (``onnx``, the default) gives the same vectors (cosine 1.000) in ~7 ms a query on one core; the
-int8 one (``onnx-int8``: weights quantized per channel by ``onnxruntime.quantization.quantize_dynamic``) ~4.7 ms
-at cosine 0.994 on average (``bench.query_encoder`` measures all three, and the recall of LoCoMo evidence
-they give). Stored texts are always embedded by the float model (``serve.embedder.Embedder``); only queries
-take this path.
+in torch is a large share of a search's time on a CPU. ``OnnxQueryEncoder`` runs the same model exported once to
+ONNX: the float export (``onnx``, the default) gives the same vectors in a fraction of torch's time on one core;
+the int8 one (``onnx-int8``: weights quantized per channel by ``onnxruntime.quantization.quantize_dynamic``) is
+faster still, its vectors close to the float model's but not equal (``bench.query_encoder`` measures all three,
+and the recall of LoCoMo evidence they give: docs/results/2026-12-02-scale.md). Stored texts are always embedded
+by the float model (``serve.embedder.Embedder``); only queries take this path.
 
 The export runs once per model and weights file, into ``<cache_dir>/onnx/``, written under a temporary name
 and renamed, so replicas starting together never read a half-written file.

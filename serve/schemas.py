@@ -21,7 +21,7 @@ MAX_TURN_CHARS = 8_000
 MAX_BATCH = 256
 MAX_QUERY_CHARS = 2_000
 MAX_K = 100
-MAX_IMPORT_BYTES = 256 * 1024 * 1024  # one JSON Lines upload (vectors included: ~8 KB per memory or turn)
+MAX_IMPORT_BYTES = 256 * 1024 * 1024  # one JSON Lines upload (vectors included: as JSON numbers, far more than text)
 MAX_METADATA_KEYS = 32
 
 Identifier = Annotated[

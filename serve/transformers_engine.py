@@ -187,8 +187,9 @@ class TransformersEngine:
         :data:`SHARED_ROW_TOKENS` option tokens per row. No option repeats the prompt's KV cache.
 
         NOTE: repeating the cache per option (a batch of options) costs a copy of the whole cache per option, and
-        the grouped-query attention expands each copy again: ~20 s for 41 line numbers after a 1,600-token prompt
-        with the 1.5B model on 2 cores."""
+        the grouped-query attention expands each copy again: with the 1.5B model on a CPU, a temporal question's
+        choice among a full window's line numbers was several times slower that way
+        (docs/results/2026-12-06-engine.md)."""
         torch = self._torch
         scores: list[float] = []
         with torch.inference_mode():

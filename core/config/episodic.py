@@ -45,8 +45,9 @@ class EpisodicConfig(Section):
         0.0, ge=0, le=10,
         description="'likelihood' extraction: when the question names exactly one of a segment's speakers (by first "
         "name), the other speakers' lines lose this much of their shortlist score (line cosine + term match, ~0-2); "
-        "0 (default) disables. LoCoMo train split: 96.6% of such questions' evidence turns are the named speaker's, "
-        "yet 0.3 kept no more evidence with the small model scoring (bench.extract_recall, docs/episodic.md).",
+        "0 (default) disables: on LoCoMo's train split such questions' evidence is nearly always the named "
+        "speaker's, yet a prior kept no more evidence with the small model scoring, whose query likelihood already "
+        "favours those lines (bench.extract_recall: docs/results/2026-12-03-episodic.md).",
     )
     answer_max_tokens: int = Field(24, gt=0, le=1024, description="Length cap of the master's short answer.")
     answer_examples: bool = Field(
@@ -70,8 +71,9 @@ class EpisodicConfig(Section):
         "line",
         description="How the master's prompt dates its evidence lines: 'line' = each line as stored, under its "
         "turn's own header ('[1:56 pm on 8 May, 2023] Caroline: ...'); 'day' = the lines of one day under one "
-        "heading ('8 May 2023:'), each without its header (Qwen's tokenizer spends ~18 tokens on a header, one "
-        "per digit). The window is filled by what is shown, so full-context reads more lines in the same tokens.",
+        "heading ('8 May 2023:'), each without its header (Qwen's tokenizer spends a token on each digit, so "
+        "headers take a large share of the evidence tokens: docs/results/2026-12-05-episodic.md). The window is "
+        "filled by what is shown, so full-context reads more lines in the same tokens.",
     )
     not_mentioned: str = Field(
         "Not mentioned in the conversation",
@@ -103,7 +105,8 @@ class AdmissionConfig(Section):
         "float32",
         description="Backbone precision when classifying (training always runs float32; projector and heads stay "
         "float32). bfloat16 halves the weights a batch-1 pass reads; int8 = dynamic int8 quantization of the "
-        "backbone's linear layers, CPU only (docs/admission.md: measured latency and agreement with float32).",
+        "backbone's linear layers, CPU only (its latency and agreement with float32: "
+        "docs/results/2026-12-02-admission.md).",
     )
     weights: str = Field(
         "packaged",

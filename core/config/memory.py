@@ -33,11 +33,12 @@ class EmbedderConfig(Section):
     query_runtime: Literal["torch", "onnx", "onnx-int8"] = Field(
         "onnx",
         description="How the ingress embeds queries (cluster.local_query_embedding): 'torch' runs this model as "
-        "writes do; 'onnx' the model exported once to ONNX Runtime (same vectors, ~2.5x faster on CPU); "
-        "'onnx-int8' that export with int8 weights (~1.5x faster again, cosine 0.994 on average with the float "
-        "model, one query per forward pass; bench.query_encoder measures them). The ONNX runtimes need the "
-        "weights in a local folder (packaged: models are) with mean or CLS pooling. Stored texts are always "
-        "embedded by the float model.",
+        "writes do; 'onnx' the model exported once to ONNX Runtime (the same vectors, faster on CPU); "
+        "'onnx-int8' that export with int8 weights (faster again; its vectors are close to the float model's, not "
+        "equal, and it reads one query per forward pass so that a vector never depends on its batch). "
+        "bench.query_encoder measures them (docs/results/2026-12-02-scale.md). The ONNX runtimes need the weights "
+        "in a local folder (packaged: models are) with mean or CLS pooling. Stored texts are always embedded by "
+        "the float model.",
     )
 
 

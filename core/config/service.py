@@ -90,8 +90,9 @@ class ClusterConfig(Section):
     )
     local_query_embedding: bool = Field(
         True,
-        description="The ingress embeds search/ask queries itself (saves a Serve hop, ~9 ms on 2 CPU cores) at "
-        "the cost of one more embedder copy per ingress replica; writes always use the Embedder deployment.",
+        description="The ingress embeds search/ask queries itself (saves the Serve hop to the Embedder deployment "
+        "on every query: docs/results/2026-11-29-cluster.md) at the cost of one more embedder copy per ingress "
+        "replica; writes always use the Embedder deployment.",
     )
     summary_delay_s: float = Field(
         30.0, ge=0, le=3600,
@@ -100,8 +101,9 @@ class ClusterConfig(Section):
     )
     summary_batch: int = Field(
         4, ge=1, le=1024,
-        description="Segments per background summary call (each a ~1,000-token prompt: ~4 s on 2 CPU cores); one "
-        "call at a time per assistant actor so summaries never hold the pool for long against ask requests.",
+        description="Segments per background summary call (each a long prompt, slow on a CPU: "
+        "docs/results/2026-11-29-cluster.md); one call at a time per assistant actor so summaries never hold the "
+        "pool for long against ask requests.",
     )
     summary_timeout_s: float = Field(
         900.0, gt=0, le=86_400,
