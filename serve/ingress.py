@@ -119,8 +119,6 @@ class MemoryAPI:
         self.memory = build_memory(self.config, ActorShards(self.config, self.topology), embed=self._embed,
                                    answer=self._answer, classify=None if admission is None else self._classify,
                                    on_summary_bill=lambda bill: _count_tokens("summary", bill))
-        self.writes, self.reads = self.memory.writes, self.memory.reads
-        self.summariser, self.ops = self.memory.summariser, self.memory.ops
         try:  # NOTE: create (or attach to) the actors now rather than on the first request
             self._warming = asyncio.get_running_loop().create_task(self.topology())
         except RuntimeError:
@@ -153,15 +151,16 @@ class MemoryAPI:
     async def add_turns(self, req: s.AddTurnsRequest,
                         key: ApiKey | None = Security(API_KEY)) -> s.AddTurnsResponse:
         authorize(key, req.user_id)
-        async with self.summariser.writing():
+        async with self.memory.summariser.writing():
             turns = self.memory.records(req.turns, datetime.now(UTC))
             with tracing.span("POST /v1/turns", user_id=req.user_id, turns=len(turns), agent_id=req.agent_id,
                               run_id=req.run_id) as sp:
-                report = await self.writes.add_turns(req.user_id, turns, agent_id=req.agent_id, run_id=req.run_id,
-                                                     session_id=req.session_id, metadata=req.metadata)
+                report = await self.memory.writes.add_turns(req.user_id, turns, agent_id=req.agent_id,
+                                                            run_id=req.run_id, session_id=req.session_id,
+                                                            metadata=req.metadata)
                 tracing.annotate(sp, admitted=sum(report.admitted), segments_closed=report.segments_closed)
         if self.config.cluster.summaries:
-            self.summariser.queue(req.user_id, report.closed)
+            self.memory.summariser.queue(req.user_id, report.closed)
         for d in report.decisions:
             METRICS.admissions.labels(d.op, d.content_type).inc()
         METRICS.evictions.inc(report.evicted)
@@ -186,7 +185,7 @@ class MemoryAPI:
                           run_id=req.run_id) as sp:
             tracing.text(sp, query=req.query)
             q = (await self._embed([req.query], is_query=True))[0]
-            hits, route = await self.reads.search(req.user_id, req.query, q, req.k, where, req.threshold)
+            hits, route = await self.memory.reads.search(req.user_id, req.query, q, req.k, where, req.threshold)
         memories = [s.MemoryHit(id=str(h.id), text=h.text, score=h.score, similarity=h.similarity, tier=h.tier,
                                 path="l1" if h.tier == "l1" else "gate", importance=h.importance,
                                 **_scope_fields(h.metadata), metadata=h.metadata or {}) for h in hits]
@@ -200,7 +199,7 @@ class MemoryAPI:
                           run_id=req.run_id) as sp:
             tracing.text(sp, question=req.question)
             q = (await self._embed([req.question], is_query=True))[0]
-            result = await self.reads.ask(req.user_id, req.question, q, kind=req.kind,
+            result = await self.memory.reads.ask(req.user_id, req.question, q, kind=req.kind,
                                           scope=Scope(req.agent_id, req.run_id))
             b = result.assistant_bill + result.answer.bill
             tracing.annotate(sp, segments=result.segments, evidence=len(result.answer.evidence),
@@ -228,7 +227,7 @@ class MemoryAPI:
                             key: ApiKey | None = Security(API_KEY)) -> s.MemoryList:
         authorize(key, user_id)
         where = _query_filter(agent_id, run_id, since, until, metadata)
-        items, total = await self.ops.list_memories(user_id, offset, limit, where)
+        items, total = await self.memory.ops.list_memories(user_id, offset, limit, where)
         return s.MemoryList(user_id=user_id, memories=[_memory(m) for m in items], total=total, offset=offset,
                             limit=limit)
 
@@ -244,7 +243,7 @@ class MemoryAPI:
         if scope.empty:
             raise InvalidRequestError("name agent_id or run_id (DELETE /v1/users/{user_id} deletes a whole user)",
                                       param="agent_id", code="scope_required")
-        gone = await self.ops.delete_scope(user_id, scope)
+        gone = await self.memory.ops.delete_scope(user_id, scope)
         return s.Deleted(user_id=user_id, memories=gone.memories, turns=gone.turns)
 
     @app.get("/v1/memories/{memory_id:path}/history", response_model=s.MemoryHistory,
@@ -252,7 +251,7 @@ class MemoryAPI:
     async def memory_history(self, memory_id: str, user_id: s.Identifier,
                              key: ApiKey | None = Security(API_KEY)) -> s.MemoryHistory:
         authorize(key, user_id)
-        m, versions = await self.ops.history(user_id, memory_id)
+        m, versions = await self.memory.ops.history(user_id, memory_id)
         return s.MemoryHistory(
             user_id=user_id, memory_id=m.id, supersedes=m.metadata.get("supersedes"),
             superseded_by=m.metadata.get("superseded_by"),
@@ -267,7 +266,7 @@ class MemoryAPI:
         keep the turn as it was said."""
         authorize(key, req.user_id)
         vector = (await self._embed([req.text]))[0]
-        m = await self.ops.update_memory(req.user_id, memory_id, req.text, vector, time.time(), req.metadata)
+        m = await self.memory.ops.update_memory(req.user_id, memory_id, req.text, vector, time.time(), req.metadata)
         return _memory(m)
 
     @app.get("/v1/memories/{memory_id:path}", response_model=s.Memory, summary="One memory",
@@ -275,21 +274,21 @@ class MemoryAPI:
     async def get_memory(self, memory_id: str, user_id: s.Identifier,
                          key: ApiKey | None = Security(API_KEY)) -> s.Memory:
         authorize(key, user_id)
-        return _memory(await self.ops.get_memory(user_id, memory_id))
+        return _memory(await self.memory.ops.get_memory(user_id, memory_id))
 
     @app.delete("/v1/memories/{memory_id:path}", response_model=s.Deleted, summary="Delete one memory",
                 responses={404: {"model": s.ErrorBody}})
     async def delete_memory(self, memory_id: str, user_id: s.Identifier,
                             key: ApiKey | None = Security(API_KEY)) -> s.Deleted:
         authorize(key, user_id)
-        gone = await self.ops.delete_memory(user_id, memory_id)
+        gone = await self.memory.ops.delete_memory(user_id, memory_id)
         return s.Deleted(user_id=user_id, memories=gone.memories, turns=gone.turns)
 
     @app.delete("/v1/users/{user_id:path}", response_model=s.Deleted, summary="Delete everything of a user")
     async def delete_user(self, user_id: s.Identifier,
                           key: ApiKey | None = Security(API_KEY)) -> s.Deleted:
         authorize(key, user_id, admin=True)
-        gone = await self.ops.delete_user(user_id)
+        gone = await self.memory.ops.delete_user(user_id)
         return s.Deleted(user_id=user_id, memories=gone.memories, turns=gone.turns)
 
     @app.get("/v1/users/{user_id:path}/export", summary="Export a user's memory as JSON Lines",
@@ -300,7 +299,7 @@ class MemoryAPI:
         line (``cores/tenant_export.py``); ``POST .../import`` rebuilds the user from it exactly."""
         authorize(key, user_id)
         topo = await self.topology()
-        lines = await self.ops.export_user(user_id, topo.dim)
+        lines = await self.memory.ops.export_user(user_id, topo.dim)
         return Response("".join(line + "\n" for line in lines), media_type=NDJSON,
                         headers={"Content-Disposition": f'attachment; filename="{quote(user_id, safe="")}.jsonl"'})
 
@@ -323,7 +322,7 @@ class MemoryAPI:
             plan = parse_import(bytes(body).splitlines(), topo.dim)
         except (InvalidExport, UnicodeDecodeError) as e:
             raise InvalidRequestError(f"not an Engram export: {e}", param="body", code="invalid_export") from None
-        stored, segments = await self.ops.import_user(user_id, plan)
+        stored, segments = await self.memory.ops.import_user(user_id, plan)
         return s.Imported(user_id=user_id, memories=stored, segments=segments)
 
     # -- operations --------------------------------------------------------------------------
@@ -334,10 +333,10 @@ class MemoryAPI:
         starting left every later health check waiting forever, where one patient probe was answered once the
         actors were up (docs/results/2026-12-03-cluster.md)."""
         if self._health is None or self._health.done():
-            self._health = asyncio.ensure_future(self.ops.health())
+            self._health = asyncio.ensure_future(self.memory.ops.health())
         alive = await asyncio.shield(self._health)
         return s.Health(status="ok" if all(alive.values()) else "degraded", actors=alive, version=VERSION,
-                        background=self.summariser.pending)
+                        background=self.memory.summariser.pending)
 
     @app.get("/console", include_in_schema=False)
     async def console(self) -> HTMLResponse:
